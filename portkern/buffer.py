@@ -1,0 +1,164 @@
+"""Rollout-buffer ops on time-major [T, N] arrays: GAE, discounted returns, normalisation, minibatch gather."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._validate import describe, nonneg_float_arg, unit_float_arg
+from .backends import Backend, backend_of, get_backend
+
+__all__ = ["discounted_returns", "gae", "gather", "normalize"]
+
+
+def _resolve(backend: str | Backend | None, first: Any) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    if backend is not None:
+        return get_backend(backend)
+    return backend_of(first)
+
+
+def _on(b: Backend, name: str, a: Any) -> Any:
+    """``a`` as a native array of ``b``: NumPy inputs are uploaded, other backends' arrays rejected."""
+    if b.owns(a):
+        return a
+    if isinstance(a, np.ndarray):
+        return b.from_host(np.ascontiguousarray(a))
+    if isinstance(a, (list, tuple)):
+        return b.from_host(np.ascontiguousarray(np.asarray(a)))
+    raise TypeError(
+        f"{name}: expected a NumPy array or a {b.name} array, got {type(a).__module__}.{type(a).__name__}"
+    )
+
+
+def _float_tn(name: str, a: Any, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> None:
+    dt = getattr(a, "dtype", None)
+    if dt is None or np.dtype(dt).name not in ("float32", "float64"):
+        raise TypeError(f"{name}: expected a float32 or float64 array, got {describe(a)}")
+    if dtype is not None and np.dtype(dt) != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (as rewards), got {describe(a)}")
+    if shape is None:
+        if len(a.shape) != 2 or 0 in a.shape:
+            raise ValueError(f"{name}: expected a non-empty [T, N] array (time-major), got {describe(a)}")
+    elif tuple(a.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape} (as rewards, [T, N]), got {describe(a)}")
+
+
+def _flags(name: str, a: Any, shape: tuple[int, ...]) -> None:
+    if getattr(a, "dtype", None) != np.bool_:
+        raise TypeError(f"{name}: expected a bool array of shape {shape}, got {describe(a)}")
+    if tuple(a.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape} (as rewards, [T, N]), got {describe(a)}")
+
+
+def gae(
+    rewards: Any,
+    values: Any,
+    next_values: Any,
+    terminated: Any,
+    truncated: Any,
+    *,
+    gamma: float,
+    lam: float,
+    backend: str | Backend | None = None,
+) -> tuple[Any, Any]:
+    """Generalised advantage estimation (Schulman et al. 2016) over [T, N]: ``(advantages, returns)``.
+
+    ``delta_t = r_t + gamma * next_values_t * (1 - terminated_t) - values_t`` and
+    ``A_t = delta_t + gamma * lam * (1 - (terminated_t | truncated_t)) * A_{t+1}``; returns = A + values.
+    ``next_values_t`` is V of the observation step t reached (the final obs when it truncated), so
+    truncation bootstraps and termination does not.
+    """
+    b = _resolve(backend, rewards)
+    gamma = unit_float_arg("gamma", gamma)
+    lam = unit_float_arg("lam", lam)
+    arrays = [_on(b, n, a) for n, a in (("rewards", rewards), ("values", values),
+              ("next_values", next_values), ("terminated", terminated), ("truncated", truncated))]  # fmt: skip
+    r, v, nv, term, trunc = arrays
+    _float_tn("rewards", r, None, None)
+    shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+    _float_tn("values", v, shape, dtype)
+    _float_tn("next_values", nv, shape, dtype)
+    _flags("terminated", term, shape)
+    _flags("truncated", trunc, shape)
+    adv, ret = b.zeros(shape, dtype), b.zeros(shape, dtype)
+    b.gae(r, v, nv, term, trunc, adv, ret, gamma, lam)
+    return adv, ret
+
+
+def discounted_returns(
+    rewards: Any,
+    terminated: Any,
+    truncated: Any,
+    bootstrap: Any,
+    *,
+    gamma: float,
+    backend: str | Backend | None = None,
+) -> Any:
+    """Discounted returns over [T, N], cut at termination.
+
+    ``bootstrap`` is either [N], the value of the observation after the last step (a step that
+    truncates mid-rollout then ends the return with no bootstrap), or [T, N], the value of each
+    step's final observation, used wherever a step truncated and after the last step.
+    """
+    b = _resolve(backend, rewards)
+    gamma = unit_float_arg("gamma", gamma)
+    r = _on(b, "rewards", rewards)
+    term = _on(b, "terminated", terminated)
+    trunc = _on(b, "truncated", truncated)
+    boot = _on(b, "bootstrap", bootstrap)
+    _float_tn("rewards", r, None, None)
+    shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+    _flags("terminated", term, shape)
+    _flags("truncated", trunc, shape)
+    if tuple(boot.shape) not in ((shape[1],), shape):
+        raise ValueError(
+            f"bootstrap: expected shape ({shape[1]},) or {shape} (rewards are [T, N] = {shape}), "
+            f"got {describe(boot)}"
+        )
+    if np.dtype(getattr(boot, "dtype", None)) != dtype:
+        raise TypeError(f"bootstrap: expected dtype {dtype} (as rewards), got {describe(boot)}")
+    out = b.zeros(shape, dtype)
+    b.discounted_returns(r, term, trunc, boot, out, gamma)
+    return out
+
+
+def normalize(x: Any, eps: float = 1e-8, *, backend: str | Backend | None = None) -> Any:
+    """``(x - mean) / (std + eps)`` with the mean and population std over all elements."""
+    b = _resolve(backend, x)
+    eps = nonneg_float_arg("eps", eps)
+    x = _on(b, "x", x)
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt).name not in ("float32", "float64"):
+        raise TypeError(f"x: expected a float32 or float64 array, got {describe(x)}")
+    if int(np.prod(x.shape)) == 0:
+        raise ValueError(f"x: expected at least one element, got {describe(x)}")
+    out = b.zeros(tuple(x.shape), np.dtype(dt))
+    b.normalize(x, out, eps)
+    return out
+
+
+def gather(x: Any, indices: Any, *, backend: str | Backend | None = None) -> Any:
+    """Rows of ``x`` ([M, ...], e.g. a flattened [T*N, ...] rollout) at ``indices`` ([B], ints in [0, M))."""
+    b = _resolve(backend, x)
+    x = _on(b, "x", x)
+    idx = _on(b, "indices", indices)
+    if len(x.shape) < 1 or x.shape[0] == 0:
+        raise ValueError(f"x: expected an array with at least one row, got {describe(x)}")
+    if np.dtype(x.dtype).name not in ("float32", "float64"):
+        raise TypeError(f"x: expected a float32 or float64 array (cast other data first), got {describe(x)}")
+    if np.dtype(idx.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(f"indices: expected an int32 or int64 array of shape (B,), got {describe(idx)}")
+    if len(idx.shape) != 1:
+        raise ValueError(f"indices: expected shape (B,), got {describe(idx)}")
+    m = int(x.shape[0])
+    if idx.shape[0]:
+        lo, hi = b.index_range(idx)
+        if lo < 0 or hi >= m:
+            raise ValueError(f"indices: expected values in [0, {m - 1}] (rows of x), got values in [{lo}, {hi}]")
+    out = b.zeros((int(idx.shape[0]),) + tuple(x.shape[1:]), np.dtype(x.dtype))
+    if idx.shape[0]:
+        b.gather(x, idx, out)
+    return out

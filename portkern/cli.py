@@ -1,0 +1,117 @@
+"""The ``portkern`` command: devices, demo, and the benchmark commands (bench, report, cost, tune)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+
+from . import __version__
+from .backends import backends, get_backend
+from .envs import ENVS
+
+
+def _console():
+    try:
+        from rich.console import Console
+
+        return Console()
+    except ImportError:
+        return None
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """Backends and devices found here, with the reason (and the fix) for each missing one."""
+    records = backends(refresh=True)
+    console = _console()
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title="portkern backends")
+        table.add_column("backend", style="bold")
+        table.add_column("status")
+        table.add_column("devices")
+        table.add_column("why not / how to fix")
+        for r in records:
+            status = "[green]available[/]" if r.available else "[red]unavailable[/]"
+            if r.available and r.simulator:
+                status = "[yellow]simulator only[/]"
+            table.add_row(r.name, status, "\n".join(r.devices) or "-", r.reason or "")
+        console.print(table)
+    else:
+        for r in records:
+            state = "available" if r.available else "unavailable"
+            if r.available and r.simulator:
+                state = "simulator only"
+            print(f"{r.name:8s} {state:15s} {'; '.join(r.devices) or '-'}  {r.reason}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Step every env on every available backend for a moment and print the throughput."""
+    from . import step
+
+    rng = np.random.default_rng(0)
+    names = [r.name for r in backends() if r.available and not r.simulator]
+    if args.backend:
+        names = [args.backend]
+    print(f"{'backend':8s} {'env':26s} {'num_envs':>9s} {'steps/s':>14s}")
+    for name in names:
+        b = get_backend(name, args.device)
+        for env_id, spec in ENVS.items():
+            env = step.make(env_id, args.num_envs, backend=b, seed=0)
+            env.reset()
+            if spec.is_discrete:
+                acts = rng.integers(0, spec.discrete_actions, args.num_envs).astype(np.int32)
+            else:
+                acts = rng.uniform(-spec.action_high, spec.action_high, (args.num_envs, 1)).astype(np.float32)
+            dev_acts = b.from_host(acts)
+            env.step(dev_acts)  # warm-up: builds kernels
+            b.synchronize()
+            t0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t0 < args.seconds:
+                env.step(dev_acts)
+                n += 1
+            b.synchronize()
+            rate = n * args.num_envs / (time.perf_counter() - t0)
+            print(f"{name:8s} {env_id:26s} {args.num_envs:9d} {rate:14.4g}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="portkern", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"portkern {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("devices", help="list backends and devices, with reasons for missing ones")
+    p.set_defaults(func=cmd_devices)
+    p = sub.add_parser("demo", help="step every env briefly on each available backend")
+    p.add_argument("--backend", default=None, help="only this backend")
+    p.add_argument("--device", default=None, help="device substring (e.g. pocl, nvidia, cpu, gpu)")
+    p.add_argument("--num-envs", type=int, default=65536)
+    p.add_argument("--seconds", type=float, default=0.5, help="time per env and backend")
+    p.set_defaults(func=cmd_demo)
+    try:
+        from .portability import commands
+    except ImportError:
+        commands = None
+    if commands is not None:
+        commands.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
+        print(f"portkern {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""Batched, device-resident environment stepping: ``make()`` and ``VectorEnv``."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import envs
+from ._validate import describe, dtype_arg, int_arg
+from .backends import AUTORESET_MODES, Backend, EnvBuffers, backend_of, get_backend
+
+__all__ = ["VectorEnv", "make"]
+
+MAX_ENVS = 2**31 - 1  # env indices are int32 in kernels
+
+
+def make(
+    env_id: str,
+    num_envs: int,
+    *,
+    backend: str | Backend = "numpy",
+    device: str | None = None,
+    seed: int = 0,
+    dtype: str | np.dtype = "float32",
+    autoreset: str = "same_step",
+    params: Mapping[str, float] | None = None,
+) -> VectorEnv:
+    """``num_envs`` copies of ``env_id`` resident on ``backend``/``device``; call ``reset()`` before ``step()``.
+
+    ``params`` overrides Gymnasium's physics constants by name (see ``portkern.envs.ENVS[id].defaults``).
+    """
+    return VectorEnv(
+        env_id, num_envs, backend=backend, device=device, seed=seed, dtype=dtype,
+        autoreset=autoreset, params=params,
+    )  # fmt: skip
+
+
+class VectorEnv:
+    """A batch of environments whose state lives on one device, stepped by one kernel launch per call.
+
+    Arrays returned by ``reset``/``step`` (and ``final_obs``) are the env's own device buffers,
+    reused by the next call: copy them if you keep them across steps.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        *,
+        backend: str | Backend = "numpy",
+        device: str | None = None,
+        seed: int = 0,
+        dtype: str | np.dtype = "float32",
+        autoreset: str = "same_step",
+        params: Mapping[str, float] | None = None,
+    ) -> None:
+        self.spec = envs.get(env_id)
+        self.num_envs = int_arg("num_envs", num_envs, 1, MAX_ENVS)
+        self.seed = int_arg("seed", seed, 0, 2**32 - 1)
+        self.dtype = dtype_arg(dtype)
+        if autoreset not in AUTORESET_MODES:
+            raise ValueError(
+                f"autoreset: expected one of {', '.join(map(repr, AUTORESET_MODES))}, got {autoreset!r}"
+            )
+        self.autoreset = autoreset
+        self.params = self.spec.resolve_params(params)
+        self.backend = backend if isinstance(backend, Backend) else get_backend(backend, device)
+        if self.dtype == np.float64 and not self.backend.supports_float64:
+            raise ValueError(
+                f"dtype: float64 is not supported by {self.backend.name} on {self.backend.device_name} "
+                f"(no double precision); use dtype='float32'"
+            )
+        self._param_vector = self.spec.param_vector(self.params, self.dtype)
+        self.metadata = {"autoreset_mode": autoreset, "env_id": self.spec.id}
+        self._ready = False
+        n, b = self.num_envs, self.backend
+        self._bufs = EnvBuffers(
+            state=[b.zeros((n,), self.dtype) for _ in self.spec.state_names],
+            steps=b.zeros((n,), np.int32),
+            episodes=b.zeros((n,), np.uint32),
+            needs_reset=b.zeros((n,), np.bool_),
+            obs=b.zeros((n, self.spec.obs_dim), self.dtype),
+            final_obs=b.zeros((n, self.spec.obs_dim), self.dtype),
+            reward=b.zeros((n,), self.dtype),
+            terminated=b.zeros((n,), np.bool_),
+            truncated=b.zeros((n,), np.bool_),
+        )
+        self._act_dtype = np.dtype(np.int32 if self.spec.is_discrete else np.float32)
+        self._actions = b.zeros((n,), self._act_dtype)
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> Any:
+        """Reset every env. ``seed`` restarts the random streams; without it each env starts its next episode."""
+        if seed is not None:
+            self.seed = int_arg("seed", seed, 0, 2**32 - 1)
+        fresh = seed is not None or not self._ready
+        self.backend.env_reset(self.spec, self._bufs, self._param_vector, self.seed, fresh)
+        self._ready = True
+        return self._bufs.obs
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any]:
+        """Advance every env one step: ``(obs, reward, terminated, truncated)``, with autoreset."""
+        if not self._ready:
+            raise RuntimeError("step() called before reset(): call env.reset() (or set_state()) first")
+        device_actions = self._check_actions(actions)
+        self.backend.env_step(
+            self.spec, self._bufs, device_actions, self._param_vector, self.seed,
+            self.spec.max_episode_steps, self.autoreset,
+        )  # fmt: skip
+        b = self._bufs
+        return b.obs, b.reward, b.terminated, b.truncated
+
+    @property
+    def final_obs(self) -> Any:
+        """Observation each env reached on the last step, before any autoreset ([N, obs_dim])."""
+        return self._bufs.final_obs
+
+    def _check_actions(self, actions: Any) -> Any:
+        n, spec = self.num_envs, self.spec
+        native = self.backend.owns(actions) and not isinstance(actions, np.ndarray)
+        if spec.is_discrete:
+            expected = f"int array of shape ({n},) with values in [0, {spec.discrete_actions})"
+            if native and getattr(actions, "dtype", None) == np.int32 and tuple(actions.shape) == (n,):
+                lo, hi = self.backend.index_range(actions)
+                if lo < 0 or hi >= spec.discrete_actions:
+                    raise ValueError(f"actions: expected {expected}, got values in [{lo}, {hi}]")
+                return actions
+            host = self._host_actions(actions, expected)
+            if host.dtype.kind not in "iu":
+                raise TypeError(f"actions: expected {expected}, got {describe(host)}")
+            if host.shape != (n,):
+                raise ValueError(f"actions: expected {expected}, got {describe(host)}")
+            if host.size and (host.min() < 0 or host.max() >= spec.discrete_actions):
+                raise ValueError(
+                    f"actions: expected {expected}, got values in [{host.min()}, {host.max()}]"
+                )
+        else:
+            expected = f"float array of shape ({n}, 1) or ({n},) with finite values"
+            shape = tuple(getattr(actions, "shape", ()))
+            if native and getattr(actions, "dtype", None) == np.float32 and shape in ((n,), (n, 1)):
+                if not self.backend.all_finite(actions):
+                    raise ValueError(f"actions: expected {expected}, got NaN or inf")
+                return actions.reshape((n,)) if shape != (n,) else actions
+            host = self._host_actions(actions, expected)
+            if host.dtype.kind != "f":
+                raise TypeError(f"actions: expected {expected}, got {describe(host)}")
+            if host.shape not in ((n,), (n, 1)):
+                raise ValueError(f"actions: expected {expected}, got {describe(host)}")
+            if not np.isfinite(host).all():
+                raise ValueError(f"actions: expected {expected}, got NaN or inf")
+            host = host.reshape(n)
+        self.backend.write(self._actions, np.ascontiguousarray(host, dtype=self._act_dtype))
+        return self._actions
+
+    def _host_actions(self, actions: Any, expected: str) -> np.ndarray:
+        if isinstance(actions, np.ndarray):
+            return actions
+        if self.backend.owns(actions):
+            return self.backend.to_host(actions)
+        if hasattr(actions, "__array__") or isinstance(actions, (list, tuple, int, float)):
+            try:
+                return np.asarray(actions)
+            except Exception:
+                pass
+        try:
+            # An array of another backend (e.g. a CuPy array handed to an OpenCL env): copy via host.
+            return backend_of(actions).to_host(actions)
+        except TypeError:
+            raise TypeError(f"actions: expected {expected}, got {type(actions).__name__}") from None
+
+    # ---- state access ------------------------------------------------------------------------
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Host copies: ``state`` [N, D] in Gymnasium's ``env.unwrapped.state`` order, ``steps`` [N]."""
+        b = self.backend
+        state = np.stack([b.to_host(s) for s in self._bufs.state], axis=1)
+        return {"state": state, "steps": b.to_host(self._bufs.steps).astype(np.int64)}
+
+    def set_state(self, state: Any = None, steps: Any = None) -> None:
+        """Write state [N, D] and/or steps [N] back to the device; clears pending next-step resets."""
+        n, d = self.num_envs, self.spec.state_dim
+        host_state = host_steps = None
+        if state is not None:
+            host_state = np.asarray(state)
+            if host_state.dtype.kind not in "fiu":
+                raise TypeError(f"state: expected a float array of shape ({n}, {d}), got {describe(host_state)}")
+            if host_state.shape != (n, d):
+                raise ValueError(
+                    f"state: expected shape ({n}, {d}) ({', '.join(self.spec.state_names)}), "
+                    f"got {describe(host_state)}"
+                )
+            if not np.isfinite(host_state).all():
+                raise ValueError("state: expected finite values, got NaN or inf")
+            if self.spec.state_limit is not None:
+                limit = np.asarray(self.spec.state_limit)
+                over = np.abs(host_state) > limit
+                if over.any():
+                    j = int(np.nonzero(over.any(axis=0))[0][0])
+                    raise ValueError(
+                        f"state: {self.spec.state_names[j]} must be within +-{limit[j]:g}, "
+                        f"got {host_state[over.any(axis=1), j][0]!r}"
+                    )
+        if steps is not None:
+            host_steps = np.asarray(steps)
+            limit = self.spec.max_episode_steps
+            if host_steps.dtype.kind not in "iu":
+                raise TypeError(f"steps: expected an int array of shape ({n},), got {describe(host_steps)}")
+            if host_steps.shape != (n,):
+                raise ValueError(f"steps: expected shape ({n},), got {describe(host_steps)}")
+            if host_steps.size and (host_steps.min() < 0 or host_steps.max() >= limit):
+                raise ValueError(
+                    f"steps: expected values in [0, {limit - 1}] (the episode limit is {limit}), "
+                    f"got values in [{host_steps.min()}, {host_steps.max()}]"
+                )
+        # Everything checked: now write.
+        b = self.backend
+        if host_state is not None:
+            for j, dst in enumerate(self._bufs.state):
+                b.write(dst, np.ascontiguousarray(host_state[:, j], dtype=self.dtype))
+        if host_steps is not None:
+            b.write(self._bufs.steps, host_steps.astype(np.int32))
+        b.write(self._bufs.needs_reset, np.zeros(n, dtype=np.bool_))
+        self._ready = True
+
+    # ---- Gymnasium spaces --------------------------------------------------------------------
+    @property
+    def single_observation_space(self):
+        spaces = _gym_spaces()
+        return spaces.Box(
+            np.asarray(self.spec.obs_low, dtype=self.dtype),
+            np.asarray(self.spec.obs_high, dtype=self.dtype),
+            dtype=self.dtype,
+        )
+
+    @property
+    def single_action_space(self):
+        spaces = _gym_spaces()
+        if self.spec.is_discrete:
+            return spaces.Discrete(self.spec.discrete_actions)
+        high = np.float32(self.spec.action_high)
+        return spaces.Box(-high, high, shape=(1,), dtype=np.float32)
+
+    @property
+    def observation_space(self):
+        from gymnasium.vector.utils import batch_space
+
+        return batch_space(self.single_observation_space, self.num_envs)
+
+    @property
+    def action_space(self):
+        from gymnasium.vector.utils import batch_space
+
+        return batch_space(self.single_action_space, self.num_envs)
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorEnv({self.spec.id!r}, num_envs={self.num_envs}, backend={self.backend.name!r}, "
+            f"device={self.backend.device_name!r}, dtype={self.dtype.name!r}, autoreset={self.autoreset!r})"
+        )
+
+
+def _gym_spaces():
+    try:
+        from gymnasium import spaces
+    except ImportError:
+        raise ImportError(
+            "env spaces are Gymnasium spaces: pip install 'portkern[gym]'"
+        ) from None
+    return spaces

@@ -1,0 +1,53 @@
+"""The backend registry: records, unknown names, unavailable backends, required backends present."""
+
+from __future__ import annotations
+
+import pytest
+
+import portkern
+from portkern.backends import BackendUnavailable, KNOWN, get_backend, registry
+from portkern.backends.base import Probe
+
+from .conftest import REQUIRED
+
+
+def test_backends_lists_every_known_backend():
+    records = portkern.backends()
+    assert [r.name for r in records] == ["numpy", "opencl", "cupy", "numba"]
+
+
+def test_unavailable_backends_say_why():
+    for r in portkern.backends():
+        assert r.available or r.reason, f"{r.name} is unavailable without a reason"
+
+
+def test_numpy_is_always_available():
+    (rec,) = [r for r in portkern.backends() if r.name == "numpy"]
+    assert rec.available and rec.devices
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_required_backend_is_available(name):
+    # CI must fail, not skip, when a backend this machine can run is missing.
+    p = registry.probe(name, refresh=True)
+    assert p.available, f"required backend {name!r} is unavailable: {p.reason}"
+
+
+def test_unknown_backend_names_the_valid_ones():
+    with pytest.raises(ValueError, match="valid names: numpy, opencl, cupy, numba"):
+        get_backend("vulkan")
+
+
+def test_unavailable_backend_error_says_why(monkeypatch):
+    monkeypatch.setitem(registry._PROBES, "cupy", Probe(False, "cupy is not installed: pip install 'portkern[cuda]'"))
+    monkeypatch.delitem(registry._INSTANCES, ("cupy", None), raising=False)
+    with pytest.raises(BackendUnavailable, match=r"portkern\[cuda\]"):
+        get_backend("cupy")
+
+
+def test_same_backend_instance_is_reused():
+    assert get_backend("numpy") is get_backend("numpy")
+
+
+def test_known_extras():
+    assert KNOWN == {"numpy": None, "opencl": "opencl", "cupy": "cuda", "numba": "cuda"}
