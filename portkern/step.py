@@ -9,6 +9,7 @@ import numpy as np
 from . import envs
 from ._validate import describe, dtype_arg, int_arg
 from .backends import AUTORESET_MODES, Backend, EnvBuffers, backend_of, get_backend
+from .policy import Policy, RolloutBuffer, sample_actions
 
 __all__ = ["VectorEnv", "make"]
 
@@ -110,6 +111,86 @@ class VectorEnv:
         )  # fmt: skip
         b = self._bufs
         return b.obs, b.reward, b.terminated, b.truncated
+
+    def rollout_buffer(self, steps: int, *, host: bool = False) -> RolloutBuffer:
+        """A time-major RolloutBuffer for ``steps`` steps, on the env's device (or the host)."""
+        steps = int_arg("steps", steps, 1, 2**31 - 1)
+        n, d = self.num_envs, self.spec.obs_dim
+        zeros = (lambda shape, dt: np.zeros(shape, dt)) if host else self.backend.zeros
+        return RolloutBuffer(
+            obs=zeros((steps, n, d), self.dtype),
+            actions=zeros((steps, n), self._act_dtype),
+            rewards=zeros((steps, n), self.dtype),
+            terminated=zeros((steps, n), np.bool_),
+            truncated=zeros((steps, n), np.bool_),
+            final_obs=zeros((steps, n, d), self.dtype),
+        )
+
+    def rollout(
+        self,
+        steps: int,
+        policy: Policy,
+        buffer: RolloutBuffer | None = None,
+        *,
+        path: str = "fused",
+        steps_per_launch: int | None = None,
+    ) -> RolloutBuffer:
+        """Run ``steps`` steps with ``policy`` choosing actions, recording a time-major rollout.
+
+        ``path`` is the data path: ``"fused"`` (the policy runs inside the env kernel, up to
+        ``steps_per_launch`` steps per launch, default all), ``"device"`` (the same kernel, one
+        step per launch), or ``"host"`` (obs come back to the host every step, the policy runs
+        there and actions go down: an off-device simulator's loop; the buffer is on the host).
+        Every path gives the same result for the same seed and policy.
+        """
+        if not self._ready:
+            raise RuntimeError("rollout() called before reset(): call env.reset() (or set_state()) first")
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy: expected a portkern.policy.RandomPolicy or MLPPolicy, got {type(policy).__name__}")
+        policy.check(self.spec)
+        if path not in ("fused", "device", "host"):
+            raise ValueError(f"path: expected 'fused', 'device' or 'host', got {path!r}")
+        steps = int_arg("steps", steps, 1, 2**31 - 1)
+        if buffer is None:
+            buffer = self.rollout_buffer(steps, host=path == "host")
+        elif buffer.steps != steps or tuple(buffer.rewards.shape) != (steps, self.num_envs):
+            raise ValueError(
+                f"buffer: expected a rollout buffer for ({steps}, {self.num_envs}) steps x envs, "
+                f"got {tuple(buffer.rewards.shape)}"
+            )
+        if path == "host":
+            self._rollout_host(steps, policy, buffer)
+            return buffer
+        spl = steps if steps_per_launch is None else int_arg("steps_per_launch", steps_per_launch, 1, steps)
+        if path == "device":
+            spl = 1
+        flat = policy.flat() if hasattr(policy, "flat") else np.zeros(1, np.float32)
+        key = flat.tobytes()
+        if getattr(self, "_policy_key", None) != key:
+            self._policy_dev = self.backend.from_host(flat)
+            self._policy_key = key
+        self.backend.env_rollout(
+            self.spec, self._bufs, policy, self._policy_dev, buffer, self._param_vector, self.seed,
+            self.spec.max_episode_steps, self.autoreset, spl,
+        )  # fmt: skip
+        return buffer
+
+    def _rollout_host(self, steps: int, policy: Policy, buf: RolloutBuffer) -> None:
+        b, bufs = self.backend, self._bufs
+        for t in range(steps):
+            obs = b.to_host(bufs.obs)
+            actions = sample_actions(policy, self.spec, obs, self.seed, b.to_host(bufs.episodes), b.to_host(bufs.steps))
+            buf.obs[t] = obs
+            buf.actions[t] = actions
+            b.write(self._actions, actions)
+            self.backend.env_step(
+                self.spec, bufs, self._actions, self._param_vector, self.seed,
+                self.spec.max_episode_steps, self.autoreset,
+            )  # fmt: skip
+            buf.rewards[t] = b.to_host(bufs.reward)
+            buf.terminated[t] = b.to_host(bufs.terminated)
+            buf.truncated[t] = b.to_host(bufs.truncated)
+            buf.final_obs[t] = b.to_host(bufs.final_obs)
 
     @property
     def final_obs(self) -> Any:

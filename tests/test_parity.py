@@ -7,6 +7,7 @@ import pytest
 
 import portkern
 from portkern import buffer, envs, step
+from portkern.backends import probe
 
 from .conftest import small_n
 from .envstates import random_actions, random_states
@@ -135,7 +136,7 @@ def test_discounted_returns_match_reference(kernel_backend, shape, per_step, rng
 
 @pytest.mark.parametrize("size", [1, 255, 256, 257, 4097, 100_003])
 def test_normalize_matches_reference(kernel_backend, size, rng):
-    if size > 5000 and portkern.backends.probe(kernel_backend.name).simulator:
+    if size > 5000 and probe(kernel_backend.name).simulator:
         pytest.skip("large reduction is too slow in the simulator")
     x = (rng.normal(size=size) * 3 + 5).astype(np.float32)
     exp = buffer.normalize(x)

@@ -122,6 +122,32 @@ class Backend(abc.ABC):
     ) -> None:
         """One step of every env with in-kernel autoreset; writes obs, final_obs, reward, flags."""
 
+    def env_rollout(
+        self,
+        spec: EnvSpec,
+        bufs: EnvBuffers,
+        policy: Any,
+        policy_params: Any,
+        out: Any,
+        params: np.ndarray,
+        seed: int,
+        max_steps: int,
+        autoreset: str,
+        steps_per_launch: int,
+    ) -> None:
+        """Fused rollout: ``out.steps`` env steps with the policy evaluated in the kernel, writing
+        the time-major RolloutBuffer ``out``; ``steps_per_launch`` steps per kernel launch.
+
+        ``policy_params`` is ``policy.flat()`` on the device (empty for the random policy). Actions
+        are drawn from Philox key (seed, env), counter (episode, steps, STREAM_POLICY, 0), with
+        ``steps`` the env's step count before the step (see portkern.policy.sample_actions).
+        """
+        raise NotImplementedError(f"the {self.name} backend has no fused rollout kernel yet")
+
+    def mlp_forward(self, policy_params: Any, obs: Any, hidden: int, out_dim: int) -> Any:
+        """The MLP policy's forward pass on the device (``pk_mlp_forward``): [N, out_dim] float32."""
+        raise NotImplementedError(f"the {self.name} backend has no MLP forward kernel yet")
+
     # ---- rollout buffer ops ([T, N] time-major) ---------------------------------------------
     @abc.abstractmethod
     def gae(

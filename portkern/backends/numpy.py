@@ -156,6 +156,26 @@ class NumpyBackend(Backend):
         bufs.terminated[:] = terminated
         bufs.truncated[:] = truncated
 
+    def env_rollout(self, spec, bufs, policy, policy_params, out, params, seed, max_steps, autoreset,
+                    steps_per_launch):  # fmt: skip
+        # The reference: T single steps with the policy sampled from the obs each step acts on.
+        from ..policy import sample_actions
+
+        for t in range(out.steps):
+            actions = sample_actions(policy, spec, bufs.obs, seed, bufs.episodes, bufs.steps)
+            out.obs[t] = bufs.obs
+            out.actions[t] = actions
+            self.env_step(spec, bufs, actions, params, seed, max_steps, autoreset)
+            out.rewards[t] = bufs.reward
+            out.terminated[t] = bufs.terminated
+            out.truncated[t] = bufs.truncated
+            out.final_obs[t] = bufs.final_obs
+
+    def mlp_forward(self, policy_params, obs, hidden, out_dim):
+        from ..policy import MLPPolicy
+
+        return MLPPolicy.from_flat(policy_params, obs.shape[1], hidden, out_dim).forward(obs)
+
     # ---- rollout buffer ops ------------------------------------------------------------------
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
         adv, ret = gae(rewards, values, next_values, terminated, truncated, gamma, lam)

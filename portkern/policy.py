@@ -1,0 +1,175 @@
+"""In-kernel policies for fused rollouts (Philox random, small tanh MLP) and their NumPy reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import rng
+from .envs.base import EnvSpec
+
+__all__ = ["MLPPolicy", "Policy", "RandomPolicy", "sample_actions"]
+
+TWO_PI_F32 = np.float32(2.0 * np.pi)
+
+
+class Policy:
+    """Base of the policies a fused rollout kernel can run; ``kind`` is the kernel's policy switch."""
+
+    kind: int
+
+    def check(self, spec: EnvSpec) -> None:
+        """Raise if this policy cannot act in ``spec``'s action space."""
+
+
+@dataclass(frozen=True)
+class RandomPolicy(Policy):
+    """Uniform actions: discrete ``((b0 >> 8) * n) >> 24``; continuous ``high * (2u - 1)`` (float32)."""
+
+    kind: int = 0
+
+
+@dataclass(frozen=True)
+class MLPPolicy(Policy):
+    """obs -> tanh(W1) -> tanh(W2) -> W3: logits (discrete, sampled by inverse CDF of the softmax)
+    or a Gaussian mean with ``log_std`` (continuous, Box-Muller), all float32.
+
+    Weights are ``[in, out]`` row-major (``x @ W + b``); ``hidden`` is fixed at construction.
+    """
+
+    w1: np.ndarray
+    b1: np.ndarray
+    w2: np.ndarray
+    b2: np.ndarray
+    w3: np.ndarray
+    b3: np.ndarray
+    log_std: np.ndarray = field(default_factory=lambda: np.zeros(1, np.float32))
+    kind: int = 1
+
+    @classmethod
+    def init(cls, spec: EnvSpec, hidden: int = 64, seed: int = 0, scale: float = 1.0) -> MLPPolicy:
+        """Random weights (Gaussian, 1/sqrt(fan-in)) for ``spec``'s observation and action sizes."""
+        g = np.random.default_rng(seed)
+        out = spec.discrete_actions if spec.is_discrete else 1
+
+        def layer(i: int, o: int) -> tuple[np.ndarray, np.ndarray]:
+            w = (g.normal(size=(i, o)) * scale / np.sqrt(i)).astype(np.float32)
+            return w, (g.normal(size=o) * 0.1).astype(np.float32)
+
+        w1, b1 = layer(spec.obs_dim, hidden)
+        w2, b2 = layer(hidden, hidden)
+        w3, b3 = layer(hidden, out)
+        return cls(w1, b1, w2, b2, w3, b3, np.full(1, -0.5, np.float32))
+
+    def __post_init__(self) -> None:
+        for name in ("w1", "b1", "w2", "b2", "w3", "b3", "log_std"):
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+                raise TypeError(f"{name}: expected a float32 NumPy array, got {getattr(a, 'dtype', type(a))}")
+            if not np.isfinite(a).all():
+                raise ValueError(f"{name}: expected finite values")
+        h = self.w1.shape[1]
+        shapes = {"w1": (self.w1.shape[0], h), "b1": (h,), "w2": (h, h), "b2": (h,),
+                  "w3": (h, self.w3.shape[1]), "b3": (self.w3.shape[1],), "log_std": (1,)}  # fmt: skip
+        for name, shape in shapes.items():
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"{name}: expected shape {shape}, got {getattr(self, name).shape}")
+
+    @classmethod
+    def from_flat(cls, flat: np.ndarray, obs_dim: int, hidden: int, out_dim: int) -> MLPPolicy:
+        """Inverse of :meth:`flat`."""
+        sizes = [("w1", (obs_dim, hidden)), ("b1", (hidden,)), ("w2", (hidden, hidden)), ("b2", (hidden,)),
+                 ("w3", (hidden, out_dim)), ("b3", (out_dim,)), ("log_std", (1,))]  # fmt: skip
+        parts, at = {}, 0
+        for name, shape in sizes:
+            size = int(np.prod(shape))
+            parts[name] = np.asarray(flat[at : at + size], np.float32).reshape(shape)
+            at += size
+        if at != len(flat):
+            raise ValueError(f"policy parameters: expected {at} floats for this shape, got {len(flat)}")
+        return cls(**parts)
+
+    @property
+    def hidden(self) -> int:
+        return int(self.w1.shape[1])
+
+    def check(self, spec: EnvSpec) -> None:
+        out = spec.discrete_actions if spec.is_discrete else 1
+        if self.w1.shape[0] != spec.obs_dim or self.w3.shape[1] != out:
+            raise ValueError(
+                f"policy: {spec.id} needs an MLP from {spec.obs_dim} observations to {out} outputs, "
+                f"got {self.w1.shape[0]} -> {self.w3.shape[1]}"
+            )
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        """Reference forward pass in float32, summing each dot product in index order as kernels do."""
+        x = obs.astype(np.float32)
+        h1 = np.tanh(_dot(x, self.w1) + self.b1)
+        h2 = np.tanh(_dot(h1, self.w2) + self.b2)
+        return _dot(h2, self.w3) + self.b3
+
+    def flat(self) -> np.ndarray:
+        """All parameters in one float32 vector, the layout kernels read: w1 b1 w2 b2 w3 b3 log_std."""
+        return np.concatenate([a.ravel() for a in (self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.log_std)])
+
+
+def _dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    # Sequential accumulation over the input index (not BLAS's blocked order), so a kernel's
+    # loop reproduces it up to tanh/exp's ulp differences.
+    acc = np.zeros((x.shape[0], w.shape[1]), np.float32)
+    for k in range(w.shape[0]):
+        acc = acc + x[:, k : k + 1] * w[k]
+    return acc
+
+
+def sample_actions(
+    policy: Policy, spec: EnvSpec, obs: np.ndarray, seed: int, episodes: np.ndarray, steps: np.ndarray
+) -> np.ndarray:
+    """Reference actions for every env: Philox key (seed, env), counter (episode, step, STREAM_POLICY, 0)."""
+    n = obs.shape[0]
+    bits = rng.draw(seed, np.arange(n, dtype=np.uint32), episodes, rng.STREAM_POLICY, steps.astype(np.uint32))
+    if isinstance(policy, RandomPolicy):
+        if spec.is_discrete:
+            k = (bits[:, 0] >> np.uint32(8)).astype(np.uint64) * np.uint64(spec.discrete_actions)
+            return (k >> np.uint64(24)).astype(np.int32)
+        return (np.float32(spec.action_high) * rng.symmetric(bits[:, 0], np.float32)).astype(np.float32)
+    if isinstance(policy, MLPPolicy):
+        out = policy.forward(obs)
+        if spec.is_discrete:
+            e = np.exp(out - out.max(axis=1, keepdims=True))
+            total = np.zeros(n, np.float32)
+            for k in range(e.shape[1]):
+                total = total + e[:, k]
+            threshold = rng.uniform(bits[:, 0], np.float32) * total
+            action = np.full(n, e.shape[1] - 1, np.int32)
+            acc = np.zeros(n, np.float32)
+            chosen = np.zeros(n, bool)
+            for k in range(e.shape[1]):
+                acc = acc + e[:, k]
+                take = ~chosen & (threshold < acc)
+                action[take] = k
+                chosen |= take
+            return action
+        u1 = np.float32(1.0) - rng.uniform(bits[:, 0], np.float32)  # (0, 1]: log is finite
+        u2 = rng.uniform(bits[:, 1], np.float32)
+        z = np.sqrt(np.float32(-2.0) * np.log(u1)) * np.cos(TWO_PI_F32 * u2)
+        return (out[:, 0] + np.exp(policy.log_std[0]) * z).astype(np.float32)
+    raise TypeError(f"policy: expected a RandomPolicy or MLPPolicy, got {type(policy).__name__}")
+
+
+@dataclass
+class RolloutBuffer:
+    """Time-major device arrays a rollout writes: obs acted on, actions, rewards, flags, final obs."""
+
+    obs: Any  # [T, N, obs_dim]
+    actions: Any  # [T, N] int32 or float32
+    rewards: Any  # [T, N]
+    terminated: Any  # [T, N] bool
+    truncated: Any  # [T, N] bool
+    final_obs: Any  # [T, N, obs_dim]: obs step t reached, before any autoreset (for next_values)
+
+    @property
+    def steps(self) -> int:
+        return int(self.rewards.shape[0])
