@@ -1,0 +1,413 @@
+"""The OpenCL backend: the OpenCL C kernels in kernels/opencl, run through pyopencl (PoCL on CPUs)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .._kernels import load_source, source_hash
+from ..envs.base import EnvSpec
+from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
+from .registry import register
+
+try:  # optional dependency: a missing pyopencl surfaces in probe(), with the install hint
+    import pyopencl as cl
+    import pyopencl.array as cla
+except ImportError:  # pragma: no cover - exercised only where pyopencl is absent
+    cl = None
+    cla = None
+
+_INSTALL_HINT = "pip install 'portkern[opencl]'"
+#: Device types a ``device=`` string may name instead of a substring of the platform/device names.
+_TYPE_NAMES = ("gpu", "cpu", "accelerator")
+#: Platforms that simulate a device (Oclgrind runs every work-item through an interpreter):
+#: never chosen by default or by type, only when named.
+_SIMULATORS = ("oclgrind",)
+#: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
+_BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+_MAX_PARAM_CACHE = 64
+
+
+class KernelBuildError(RuntimeError):
+    """An OpenCL kernel file failed to build; the message names the file and carries the build log."""
+
+
+def _all_devices() -> list[tuple[Any, Any]]:
+    """Every (platform, device) pair; an ICD loader without platforms raises cl.Error, read as none."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return []
+    found = []
+    for p in platforms:
+        try:
+            found.extend((p, d) for d in p.get_devices())
+        except cl.Error:  # a platform with no devices raises DEVICE_NOT_FOUND
+            continue
+    return found
+
+
+def _label(platform: Any, device: Any) -> str:
+    return f"{platform.name.strip()}: {device.name.strip()}"
+
+
+def _is_simulator(platform: Any) -> bool:
+    return any(s in platform.name.lower() for s in _SIMULATORS)
+
+
+def _type_matches(device: Any, type_name: str) -> bool:
+    return bool(device.type & getattr(cl.device_type, type_name.upper()))
+
+
+def _select_device(want: str | None) -> tuple[Any, Any]:
+    """``want`` is a case-insensitive substring of platform name/vendor/device name, or a device type.
+
+    Without one: the first GPU, else the first CPU, else the first device (simulators excepted).
+    """
+    found = _all_devices()
+    real = [(p, d) for p, d in found if not _is_simulator(p)]
+    if want is None:
+        for type_name in ("gpu", "cpu"):
+            for p, d in real:
+                if _type_matches(d, type_name):
+                    return p, d
+        if real:
+            return real[0]
+    else:
+        key = want.strip().lower()
+        for p, d in found:
+            names = f"{p.name} {p.vendor} {d.name}".lower()
+            by_type = key in _TYPE_NAMES and not _is_simulator(p) and _type_matches(d, key)
+            if key and (key in names or by_type):
+                return p, d
+    listed = "; ".join(_label(p, d) for p, d in found) or "none"
+    raise ValueError(
+        f"device: no OpenCL device matches {want!r}; devices found: {listed}. Pass a substring of "
+        f"a platform or device name, or a type ({', '.join(_TYPE_NAMES)})"
+    )
+
+
+def _check_native(name: str, a: Any, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
+    if not (cla is not None and isinstance(a, cla.Array)):
+        raise TypeError(f"{name}: expected a pyopencl array, got {type(a).__name__}")
+    if dtype is not None and a.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
+    if shape is not None and a.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name}: expected a C-contiguous array")
+
+
+@register
+class OpenCLBackend(Backend):
+    name = "opencl"
+    extra = "opencl"
+
+    @classmethod
+    def probe(cls) -> Probe:
+        if cl is None:
+            return Probe(False, f"pyopencl is not installed: {_INSTALL_HINT}")
+        found = _all_devices()
+        if not found:
+            return Probe(
+                False,
+                f"pyopencl installed but no OpenCL platform/device found ({_INSTALL_HINT} brings PoCL)",
+            )
+        return Probe(
+            True,
+            devices=tuple(_label(p, d) for p, d in found),
+            versions={"pyopencl": cl.VERSION_TEXT},
+        )
+
+    def __init__(self, device: str | None = None) -> None:
+        if cl is None:
+            raise ImportError(f"the opencl backend needs pyopencl: {_INSTALL_HINT}")
+        self.platform, self.device = _select_device(device)
+        self.device_name = _label(self.platform, self.device)
+        self.supports_float64 = "cl_khr_fp64" in self.device.extensions.split()
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context)
+        #: Work-group size of the element-wise kernels; None lets the driver choose (a tuning knob).
+        self.local_size: int | None = None
+        #: Work-group size of the normalize reduction (PK_WG) and its number of partial groups.
+        self.reduce_wg: int = 1 << int(math.log2(min(256, self.device.max_work_group_size)))
+        self.reduce_groups: int = 1024
+        fp32 = self.device.single_fp_config
+        # OpenCL allows 2.5 ulp float division by default; the reference divides exactly.
+        self._fp32_options: tuple[str, ...] = (
+            ("-cl-fp32-correctly-rounded-divide-sqrt",)
+            if fp32 & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+            else ()
+        )
+        self._programs: dict[str, Any] = {}
+        self._kernels: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        self._params: dict[tuple[str, bytes], Any] = {}
+        self._scratch: dict[tuple[Any, ...], Any] = {}
+
+    def describe(self) -> dict[str, str]:
+        d = self.device
+        return {
+            "backend": self.name,
+            "device": self.device_name,
+            "vendor": d.vendor.strip(),
+            "driver": d.driver_version.strip(),
+            "opencl": d.version.strip(),
+            "pyopencl": cl.VERSION_TEXT,
+        }
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    # ---- programs and launches ---------------------------------------------------------------
+    def _real_options(self, dtype: Any) -> tuple[str, ...]:
+        dtype = np.dtype(dtype)
+        if dtype == np.float32:
+            return ("-DREAL=float",)
+        if dtype == np.float64:
+            if not self.supports_float64:
+                raise TypeError(
+                    f"dtype: float64 needs the cl_khr_fp64 extension, which {self.device_name} "
+                    f"lacks; use float32 on this device"
+                )
+            return ("-DREAL=double", "-DPK_DOUBLE=1")
+        raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
+
+    def _build(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
+        """The program for (source, options) on this backend's device, built once."""
+        options = ("-cl-std=CL1.2", *options, *self._fp32_options)
+        key = source_hash(source, options)
+        prg = self._programs.get(key)
+        if prg is None:
+            try:
+                prg = cl.Program(self.context, source).build(options=list(options))
+            except cl.Error as exc:
+                raise KernelBuildError(
+                    f"OpenCL build of kernels/opencl/{filename} failed on {self.device_name} "
+                    f"(options: {' '.join(options)}):\n{exc}"
+                ) from None
+            self._programs[key] = prg
+        return prg
+
+    def _kernel(self, filename: str, kernel: str, options: tuple[str, ...]) -> Any:
+        """The kernel object, fetched once per (file, kernel, options) and reused by every launch."""
+        key = (filename, kernel, options)
+        k = self._kernels.get(key)
+        if k is None:
+            prg = self._build(filename, load_source("opencl", filename), options)
+            k = self._kernels[key] = cl.Kernel(prg, kernel)
+        return k
+
+    def _launch(self, kernel: Any, n: int, *args: Any) -> None:
+        if n <= 0:
+            return
+        ls = self.local_size
+        if ls is not None and (not isinstance(ls, int) or ls < 1):
+            raise ValueError(f"local_size: expected None or a positive int, got {ls!r}")
+        if ls is None:
+            kernel(self.queue, (n,), None, *args)
+        else:  # the kernels bounds-check, so the global size rounds up to whole work-groups
+            kernel(self.queue, (-(-n // ls) * ls,), (ls,), *args)
+
+    # ---- arrays -------------------------------------------------------------------------------
+    def zeros(self, shape, dtype):
+        a = cla.empty(self.queue, tuple(shape), np.dtype(dtype))
+        if a.nbytes:
+            cl.enqueue_fill_buffer(self.queue, a.base_data, np.uint8(0), a.offset, a.nbytes)
+        return a
+
+    def from_host(self, a):
+        return cla.to_device(self.queue, np.ascontiguousarray(a))
+
+    def to_host(self, a):
+        _check_native("a", a)
+        return a.get(queue=self.queue)
+
+    def write(self, dst, src):
+        src = np.asarray(src)
+        _check_native("dst", dst, src.dtype, src.shape)
+        dst.set(np.ascontiguousarray(src), queue=self.queue)
+
+    @classmethod
+    def owns(cls, a: Any) -> bool:
+        return cla is not None and isinstance(a, cla.Array)
+
+    @classmethod
+    def for_array(cls, a: Any) -> Backend:
+        from . import registry
+
+        for inst in registry._INSTANCES.values():
+            if isinstance(inst, cls) and inst.context == a.context:
+                return inst
+        raise ValueError(
+            "this pyopencl array lives in a context no portkern opencl backend created; pass "
+            "backend= or create it with get_backend('opencl', device).from_host(...)"
+        )
+
+    # ---- environments ------------------------------------------------------------------------
+    def _params_on_device(self, params: np.ndarray) -> Any:
+        """The param vector on the device, uploaded once per distinct vector (no per-step copies)."""
+        key = (params.dtype.str, params.tobytes())
+        buf = self._params.get(key)
+        if buf is None:
+            if len(self._params) >= _MAX_PARAM_CACHE:
+                self._params.pop(next(iter(self._params)))
+            buf = self._params[key] = cla.to_device(self.queue, np.ascontiguousarray(params))
+        return buf
+
+    def _env_args(self, bufs: EnvBuffers) -> list[Any]:
+        """The arguments every env kernel starts with: state columns, then the three counters."""
+        return [*(s.data for s in bufs.state), bufs.steps.data, bufs.episodes.data, bufs.needs_reset.data]
+
+    def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
+        n = bufs.steps.shape[0]
+        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_reset", self._real_options(params.dtype))
+        self._launch(
+            k, n, *self._env_args(bufs), bufs.obs.data, self._params_on_device(params).data,
+            np.uint32(seed), np.int32(bool(fresh)), np.int32(n),
+        )  # fmt: skip
+
+    def _actions_on_device(self, actions: Any, n: int, dtype: np.dtype) -> Any:
+        if self.owns(actions):
+            _check_native("actions", actions, dtype, (n,))
+            return actions
+        # Host actions go through one staging buffer per (n, dtype), reused across steps.
+        host = np.ascontiguousarray(actions, dtype=dtype)
+        if host.shape != (n,):
+            raise ValueError(f"actions: expected shape {(n,)}, got {host.shape}")
+        key = ("actions", n, dtype.str)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self._scratch[key] = cla.empty(self.queue, (n,), dtype)
+        buf.set(host, queue=self.queue)
+        return buf
+
+    def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
+        n = bufs.steps.shape[0]
+        mode = AUTORESET_MODES[autoreset]
+        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
+        act = self._actions_on_device(actions, n, act_dtype)
+        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_step", self._real_options(params.dtype))
+        self._launch(
+            k, n, *self._env_args(bufs), act.data, bufs.obs.data, bufs.final_obs.data,
+            bufs.reward.data, bufs.terminated.data, bufs.truncated.data,
+            self._params_on_device(params).data, np.uint32(seed), np.int32(max_steps),
+            np.int32(mode), np.int32(n),
+        )  # fmt: skip
+
+    # ---- rollout buffer ops ------------------------------------------------------------------
+    def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
+        dt = rewards.dtype
+        shape = rewards.shape
+        for name, a in (("rewards", rewards), ("values", values), ("next_values", next_values),
+                        ("advantages", advantages), ("returns", returns)):  # fmt: skip
+            _check_native(name, a, dt, shape)
+        _check_native("terminated", terminated, np.bool_, shape)
+        _check_native("truncated", truncated, np.bool_, shape)
+        T = dt.type
+        steps, n = shape
+        k = self._kernel("gae.cl", "pk_gae", self._real_options(dt))
+        # gamma * lam is rounded in the env dtype on the host exactly as the reference does.
+        self._launch(
+            k, n, rewards.data, values.data, next_values.data, terminated.data, truncated.data,
+            advantages.data, returns.data, T(gamma), T(T(gamma) * T(lam)), np.int32(steps), np.int32(n),
+        )  # fmt: skip
+
+    def discounted_returns(self, rewards, terminated, truncated, bootstrap, out, gamma):
+        dt = rewards.dtype
+        shape = rewards.shape
+        steps, n = shape
+        _check_native("rewards", rewards, dt, shape)
+        _check_native("out", out, dt, shape)
+        _check_native("terminated", terminated, np.bool_, shape)
+        _check_native("truncated", truncated, np.bool_, shape)
+        per_step = bootstrap.ndim == 2
+        _check_native("bootstrap", bootstrap, dt, shape if per_step else (n,))
+        k = self._kernel("discounted_returns.cl", "pk_discounted_returns", self._real_options(dt))
+        self._launch(
+            k, n, rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
+            dt.type(gamma), np.int32(per_step), np.int32(steps), np.int32(n),
+        )  # fmt: skip
+
+    def normalize(self, x, out, eps):
+        dt = x.dtype
+        _check_native("x", x, dt)
+        _check_native("out", out, dt, x.shape)
+        n = x.size
+        if n == 0:
+            return
+        wg = self.reduce_wg
+        if not isinstance(wg, int) or wg < 1 or wg & (wg - 1):
+            raise ValueError(f"reduce_wg: expected a power of two, got {wg!r}")
+        opts = (*self._real_options(dt), f"-DPK_WG={wg}")
+        groups = max(1, min(-(-n // wg), self.reduce_groups))
+        key = ("normalize", dt.str, groups)
+        scratch = self._scratch.get(key)
+        if scratch is None:  # partials and stats are allocated once per (dtype, group count)
+            scratch = self._scratch[key] = (
+                cla.empty(self.queue, (groups,), np.uint32),
+                cla.empty(self.queue, (groups,), dt),
+                cla.empty(self.queue, (groups,), dt),
+                cla.empty(self.queue, (2,), dt),
+            )
+        pcount, pmean, pm2, stats = scratch
+        partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
+        finalize = self._kernel("normalize.cl", "pk_normalize_finalize", opts)
+        apply = self._kernel("normalize.cl", "pk_normalize_apply", opts)
+        partial(self.queue, (groups * wg,), (wg,), x.data, pcount.data, pmean.data, pm2.data,
+                np.int32(n))
+        finalize(self.queue, (wg,), (wg,), pcount.data, pmean.data, pm2.data, stats.data,
+                 np.int32(groups))
+        self._launch(apply, n, x.data, out.data, stats.data, dt.type(eps), np.int32(n))
+
+    def gather(self, x, indices, out):
+        _check_native("x", x)
+        _check_native("indices", indices)
+        b = indices.shape[0]
+        _check_native("out", out, x.dtype, (b, *x.shape[1:]))
+        kernel = {np.dtype(np.int64): "pk_gather", np.dtype(np.int32): "pk_gather_i32"}.get(indices.dtype)
+        if kernel is None or indices.ndim != 1:
+            raise TypeError(
+                f"indices: expected a 1-D int64 or int32 array, got {indices.dtype} {indices.shape}"
+            )
+        row_len = math.prod(x.shape[1:])
+        k = self._kernel("gather.cl", kernel, (f"-DREAL={_BITS_TYPE[x.dtype.itemsize]}",))
+        self._launch(k, b * row_len, x.data, indices.data, out.data, np.int32(row_len), np.int32(b))
+
+    def _validate_reduce(self, kernel: str, a: Any, outputs: tuple[Any, ...]) -> list[np.ndarray]:
+        """Run one validate.cl reduction over ``a``; returns the per-group partials on the host.
+
+        pyopencl's own reductions need Mako, which pyopencl does not install; these need nothing.
+        """
+        wg = self.reduce_wg
+        groups = max(1, min(-(-a.size // wg), 64))  # few partials: the host folds them
+        key = ("validate", kernel, groups)
+        bufs = self._scratch.get(key)
+        if bufs is None:
+            bufs = self._scratch[key] = tuple(cla.empty(self.queue, (groups,), dt) for dt in outputs)
+        k = self._kernel("validate.cl", kernel, (f"-DPK_WG={wg}",))
+        k(self.queue, (groups * wg,), (wg,), a.data, *(b.data for b in bufs), np.int32(a.size))
+        return [b.get(queue=self.queue) for b in bufs]
+
+    def index_range(self, indices):
+        _check_native("indices", indices)
+        kernels = {np.dtype(np.int64): "pk_index_range", np.dtype(np.int32): "pk_index_range_i32"}
+        kernel = kernels.get(indices.dtype)
+        if kernel is None:
+            raise TypeError(f"indices: expected an int64 or int32 array, got {indices.dtype}")
+        if indices.size == 0:
+            raise ValueError("indices: empty array has no range")
+        lo, hi = self._validate_reduce(kernel, indices, (np.int64, np.int64))
+        return int(lo.min()), int(hi.max())
+
+    def all_finite(self, a):
+        _check_native("a", a)
+        kernel = {np.dtype(np.float32): "pk_count_nonfinite_f32",
+                  np.dtype(np.float64): "pk_count_nonfinite_f64"}.get(a.dtype)  # fmt: skip
+        if kernel is None:
+            raise TypeError(f"a: expected a float32 or float64 array, got {a.dtype}")
+        if a.size == 0:
+            return True
+        (count,) = self._validate_reduce(kernel, a, (np.uint32,))
+        return int(count.sum()) == 0

@@ -1,0 +1,153 @@
+"""OpenCL backend specifics: device choice, build errors, float64 refusal, program cache, buffer reuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from portkern import envs
+from portkern.backends import backend_of, get_backend, probe
+from portkern.backends.base import EnvBuffers
+
+_PROBE = probe("opencl")
+pytestmark = pytest.mark.skipif(not _PROBE.available, reason=f"opencl: {_PROBE.reason}")
+
+if _PROBE.available:
+    from portkern.backends import opencl as ocl_mod
+    from portkern.backends.opencl import KernelBuildError, OpenCLBackend
+
+BROKEN = "__kernel void pk_broken(__global int *x) { x[0] = undeclared_name; }\n"
+
+
+def _pocl() -> bool:
+    return any("portable computing language" in d.lower() for d in _PROBE.devices)
+
+
+def _bufs(be, spec, n: int, dtype) -> EnvBuffers:
+    return EnvBuffers(
+        state=[be.zeros((n,), dtype) for _ in spec.state_names],
+        steps=be.zeros((n,), np.int32), episodes=be.zeros((n,), np.uint32),
+        needs_reset=be.zeros((n,), np.bool_), obs=be.zeros((n, spec.obs_dim), dtype),
+        final_obs=be.zeros((n, spec.obs_dim), dtype), reward=be.zeros((n,), dtype),
+        terminated=be.zeros((n,), np.bool_), truncated=be.zeros((n,), np.bool_),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def be() -> OpenCLBackend:
+    return OpenCLBackend()
+
+
+@pytest.mark.skipif(not _PROBE.available or not _pocl(), reason="needs PoCL")
+@pytest.mark.parametrize("want", ["pocl", "POCL", "Portable Computing"])
+def test_device_selected_by_case_insensitive_substring(want):
+    assert "Portable Computing Language" in OpenCLBackend(want).device_name
+
+
+@pytest.mark.skipif(not _PROBE.available or not _pocl(), reason="needs PoCL (a CPU device)")
+def test_device_selected_by_type():
+    be = OpenCLBackend("cpu")
+    assert be.device.type & ocl_mod.cl.device_type.CPU
+
+
+def test_default_device_is_not_a_simulator(be):
+    assert "oclgrind" not in be.device_name.lower()
+
+
+def test_unknown_device_lists_the_devices_found():
+    with pytest.raises(ValueError, match=r"no OpenCL device matches 'no-such-device'.*devices found: .+"):
+        OpenCLBackend("no-such-device")
+
+
+def test_probe_without_pyopencl_gives_install_hint(monkeypatch):
+    monkeypatch.setattr(ocl_mod, "cl", None)
+    p = OpenCLBackend.probe()
+    assert not p.available and "pip install 'portkern[opencl]'" in p.reason
+
+
+def test_probe_without_devices_says_pocl_fixes_it(monkeypatch):
+    monkeypatch.setattr(ocl_mod, "_all_devices", lambda: [])
+    p = OpenCLBackend.probe()
+    assert not p.available and "no OpenCL platform/device found" in p.reason and "PoCL" in p.reason
+
+
+def test_build_error_names_the_file_and_carries_the_log(be):
+    with pytest.raises(KernelBuildError, match=r"(?s)kernels/opencl/broken\.cl.*undeclared_name"):
+        be._build("broken.cl", BROKEN, ("-DREAL=float",))
+
+
+def test_float64_refused_on_a_device_without_fp64(monkeypatch):
+    be = OpenCLBackend()
+    monkeypatch.setattr(be, "supports_float64", False)
+    spec = envs.get("CartPole-v1")
+    params = spec.param_vector(spec.resolve_params(None), np.dtype(np.float64))
+    with pytest.raises(TypeError, match="cl_khr_fp64"):
+        be.env_reset(spec, _bufs(be, spec, 4, np.float64), params, 0, True)
+
+
+def test_program_cache_returns_the_same_program(be):
+    source = "__kernel void pk_cache_probe(__global int *x) { x[0] = 1; }\n"
+    first = be._build("probe.cl", source, ("-DREAL=float",))
+    assert be._build("probe.cl", source, ("-DREAL=float",)) is first
+
+
+def test_kernel_objects_are_fetched_once(be):
+    opts = be._real_options(np.float32)
+    assert be._kernel("cartpole.cl", "pk_cartpole_step", opts) is be._kernel(
+        "cartpole.cl", "pk_cartpole_step", opts
+    )
+
+
+def test_steps_reuse_every_buffer(be):
+    spec = envs.get("Pendulum-v1")
+    n = 33
+    bufs = _bufs(be, spec, n, np.float32)
+    params = spec.param_vector(spec.resolve_params(None), np.dtype(np.float32))
+    actions = be.from_host(np.linspace(-2, 2, n, dtype=np.float32))
+    be.env_reset(spec, bufs, params, 1, True)
+    be.env_step(spec, bufs, actions, params, 1, 5, "same_step")
+    arrays = [*bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs,
+              bufs.reward, bufs.terminated, bufs.truncated]  # fmt: skip
+    pointers = [a.data.int_ptr for a in arrays]
+    param_bufs = dict(be._params)
+    for _ in range(12):  # crosses truncation at max_steps=5
+        be.env_step(spec, bufs, actions, params, 1, 5, "same_step")
+    assert [a.data.int_ptr for a in arrays] == pointers
+    assert be._params.keys() == param_bufs.keys()
+    assert all(be._params[k] is v for k, v in param_bufs.items())
+
+
+def test_local_size_knob_gives_the_same_results(be):
+    spec = envs.get("Acrobot-v1")
+    n = 45  # not a multiple of the work-group size: the kernels bounds-check
+    params = spec.param_vector(spec.resolve_params(None), np.dtype(np.float32))
+    actions = be.from_host(np.arange(n, dtype=np.int32) % 3)
+    results = []
+    for local in (None, 16):
+        be.local_size = local
+        try:
+            bufs = _bufs(be, spec, n, np.float32)
+            be.env_reset(spec, bufs, params, 9, True)
+            for _ in range(3):
+                be.env_step(spec, bufs, actions, params, 9, 2, "next_step")
+        finally:
+            be.local_size = None
+        results.append(be.to_host(bufs.obs))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_for_array_finds_the_registry_instance():
+    inst = get_backend("opencl")
+    assert backend_of(inst.from_host(np.zeros(3, np.float32))) is inst
+
+
+def test_for_array_rejects_a_foreign_context():
+    stray = OpenCLBackend()  # not in the registry: its context belongs to no registered instance
+    with pytest.raises(ValueError, match="context"):
+        OpenCLBackend.for_array(stray.from_host(np.zeros(3, np.float32)))
+
+
+def test_describe_reports_device_driver_and_versions(be):
+    info = be.describe()
+    assert {"device", "vendor", "driver", "opencl", "pyopencl"} <= info.keys()
+    assert info["opencl"].startswith("OpenCL")
