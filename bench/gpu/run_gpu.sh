@@ -1,0 +1,28 @@
+#!/bin/bash
+# One prepared run on a lent H200 (see /work/shared/device/README.md): parity for cupy, numba and
+# opencl, then copy bandwidth, CartPole step, GAE and zero-copy to torch. Results land in $OUT.
+# Run from the repository root with .device carried:  bash bench/gpu/run_gpu.sh
+# Budgeted to finish in under 8 minutes even when every step hits its timeout.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source .device/setup.sh
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+unset NUMBA_ENABLE_CUDASIM
+start=$SECONDS
+
+parity() {  # name, timeout seconds, extra env...
+  local name=$1 limit=$2
+  shift 2
+  env "$@" timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests -k "$name" \
+    --junitxml="$OUT/parity_$name.xml" >"$OUT/parity_$name.log" 2>&1
+  echo "parity $name: rc=$? ($(tail -n 1 "$OUT/parity_$name.log"))"
+}
+
+parity cupy 80
+parity numba 140   # Numba compiles each kernel on first launch: seconds per kernel
+parity opencl 80 PORTKERN_DEVICE=nvidia
+echo "parity done at $((SECONDS - start))s"
+
+timeout 150 python3 bench/gpu/gpu_bench.py --out "$OUT" 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
+echo "all done at $((SECONDS - start))s"

@@ -1,0 +1,211 @@
+"""CLI subcommands bench, tune, report and cost (registered by portkern.cli when this module imports)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import cost, report
+
+#: pytest-benchmark timing per case: --quick keeps the whole suite under 3 minutes on 2 CPU cores.
+QUICK_TIMING = ["--benchmark-max-time=0.05", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]
+FULL_TIMING = ["--benchmark-max-time=0.5", "--benchmark-min-rounds=5"]
+
+
+def bench_dir() -> Path:
+    """The pytest-benchmark suite: ``bench/`` of a checkout, or ``portkern/_bench`` inside a wheel."""
+    here = Path(__file__).resolve().parent.parent
+    for d in (here / "_bench", here.parent / "bench"):
+        if (d / "conftest.py").is_file():
+            return d
+    raise FileNotFoundError(f"the benchmark suite was not found ({here / '_bench'} or {here.parent / 'bench'})")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _print_tables(tables: dict[str, tuple[list[str], list[list[str]]]]) -> None:
+    from rich.table import Table
+
+    console = _console()
+    for title, (header, rows) in tables.items():
+        t = Table(title=title, title_justify="left")
+        for h in header:
+            t.add_column(h)
+        for r in rows:
+            t.add_row(*[c.replace("**", "") for c in r])
+        console.print(t)
+
+
+class _ProgressPlugin:
+    """Advances a rich progress bar once per benchmark case; pytest's own output is captured."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress, self.task = progress, None
+        self.failed: list[str] = []
+
+    def pytest_collection_finish(self, session: Any) -> None:
+        self.task = self.progress.add_task("bench", total=len(session.items))
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed:
+            self.failed.append(f"{report.nodeid}: {str(report.longrepr).splitlines()[-1][:300]}")
+        if report.when == "teardown" and self.task is not None:
+            self.progress.update(self.task, advance=1, description=report.nodeid.split("::")[-1][:60])
+
+
+def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[int, list[str], str]:
+    """Run the pytest-benchmark suite in this process: (pytest exit code, failures, captured output)."""
+    import pytest
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    sizes = args.sizes or ("quick" if args.quick else "full")
+    argv = [str(bench_dir()), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+            f"--benchmark-json={json_path}", f"--pk-sizes={sizes}",
+            *(QUICK_TIMING if args.quick else FULL_TIMING)]  # fmt: skip
+    if args.backend:
+        argv.append(f"--pk-backend={','.join(args.backend)}")
+    if args.device:
+        argv.append(f"--pk-device={args.device}")
+    if args.machine:
+        argv.append(f"--pk-machine={args.machine}")
+    if tune:
+        argv.append("--pk-tune")
+    captured = io.StringIO()
+    with Progress(TextColumn("{task.description:60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=False) as progress:  # fmt: skip
+        plugin = _ProgressPlugin(progress)
+        with contextlib.redirect_stdout(captured):
+            code = int(pytest.main(argv, plugins=[plugin]))
+    return code, plugin.failed, captured.getvalue()
+
+
+def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="portkern-bench-") as tmp:
+        json_path = Path(tmp) / "results.json"
+        code, failed, captured = run_suite(json_path, args, tune)
+        if code not in (0, 1) or not json_path.exists():
+            sys.stderr.write(captured[-4000:])
+            raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
+        extra = {"results.json": str(json_path)}
+        if tune:
+            from .tune import write_tuned
+
+            write_tuned(json_path, Path(tmp) / "tuned.json")
+            extra["tuned.json"] = str(Path(tmp) / "tuned.json")
+        rep = report.write([str(json_path)], out, _mixes(args), extra_files=extra)
+    _print_tables(report.headline(rep))
+    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} in {time.perf_counter() - t0:.0f} s")
+    if failed:
+        print(f"{len(failed)} case(s) failed (recorded as fail in the report):", file=sys.stderr)
+        for f in failed:
+            print(f"  {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _mixes(args: argparse.Namespace) -> dict[str, dict[str, float]] | None:
+    if not getattr(args, "mix", None):
+        return None
+    mixes = dict(report.DEFAULT_MIXES)
+    for m in args.mix:
+        mixes.update(report.parse_mix(m))
+    return mixes
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark suite on the devices present and write results.json plus the report."""
+    return _bench_or_tune(args, tune=False)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Time every legal knob configuration per device (largest size) and write tuned.json plus the report."""
+    return _bench_or_tune(args, tune=True)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Merge run files from any machines into report.md, report.json and plots."""
+    rep = report.write(args.runs, args.out, _mixes(args))
+    _print_tables(report.headline(rep))
+    print(f"wrote report.md, report.json and plots to {args.out}")
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """The lock-in premium, with the throughput ratio from a report or given by hand."""
+    if args.ratio is not None or args.penalty is not None:
+        if args.ratio is not None and args.penalty is not None:
+            raise ValueError("give --ratio or --penalty, not both")
+        ratio = args.ratio if args.ratio is not None else 1.0 - args.penalty
+        source = "given by hand"
+    elif args.report:
+        if not (args.backend and args.device):
+            raise ValueError("--report needs --backend and --device (and --workload or --kernel)")
+        ratio, source = cost.ratio_from_report(args.report, args.backend, args.device, args.workload, args.kernel)
+    else:
+        raise ValueError("give the throughput ratio: --report REPORT.json --backend B --device D, or --ratio/--penalty")
+    inputs = cost.CostInputs(args.gpu_hours, args.locked_rate, args.portable_rate, args.policies,
+                             args.retune_hours, args.hourly_rate, ratio)  # fmt: skip
+    if args.json:
+        print(json.dumps(cost.as_json(inputs, source), indent=1,
+                         default=lambda x: None if isinstance(x, float) and math.isinf(x) else x))  # fmt: skip
+    else:
+        print(cost.render(inputs, source))
+    return 0
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
+    p.add_argument("--device", default=None, help="only devices whose name contains this substring")
+    p.add_argument("--quick", action="store_true", help="small sizes and short timing (< 3 min on 2 CPU cores)")
+    p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items")
+    p.add_argument("--machine", default=None, help="label of this machine in reports (default: hostname)")
+    p.add_argument("--out", default="out/bench", help="output folder (default: out/bench)")
+    p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="run the portability benchmark here and write results + report")
+    _run_options(p)
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("tune", help="search each kernel's tuning knobs per device; write tuned.json + report")
+    _run_options(p)
+    p.set_defaults(func=cmd_tune)
+    p = sub.add_parser("report", help="merge bench runs (any machines) into report.md/json and plots")
+    p.add_argument("runs", nargs="+", help="results.json files from portkern bench/tune or pytest bench")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio")
+    g = p.add_argument_group("throughput ratio (from a report, or by hand)")
+    g.add_argument("--report", help="report.json (or the folder holding it)")
+    g.add_argument("--backend", help="portable backend, e.g. opencl")
+    g.add_argument("--device", help="device key from the report (or a unique substring)")
+    g.add_argument("--workload", help="workload mix name (default: the report's first)")
+    g.add_argument("--kernel", help="use one kernel's ratio instead of a workload")
+    g.add_argument("--ratio", type=float, help="portable/locked throughput ratio, by hand")
+    g.add_argument("--penalty", type=float, help="throughput penalty (1 - ratio), by hand")
+    p.add_argument("--gpu-hours", type=float, required=True, help="H: GPU-hours per converged policy when locked")
+    p.add_argument("--locked-rate", type=float, required=True, help="price per GPU-hour, locked platform")
+    p.add_argument("--portable-rate", type=float, required=True, help="price per GPU-hour, portable platform")
+    p.add_argument("--policies", type=float, required=True, help="P: expected number of policies")
+    p.add_argument("--retune-hours", type=float, default=0.0, help="engineering hours to port and re-tune")
+    p.add_argument("--hourly-rate", type=float, default=0.0, help="price per engineering hour")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_cost)
+
+
+__all__ = ["register"]

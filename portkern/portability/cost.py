@@ -1,0 +1,109 @@
+"""The lock-in cost model: what staying on the locked platform costs over a program of policies."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SENSITIVITY_RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class CostInputs:
+    gpu_hours: float  # H: GPU-hours per converged policy on the locked platform
+    locked_rate: float  # price per GPU-hour on the locked platform
+    portable_rate: float  # price per GPU-hour on the portable platform
+    policies: float  # P: expected number of policies trained
+    retune_hours: float  # engineering hours to port and re-tune
+    hourly_rate: float  # price of one engineering hour
+    ratio: float  # portable throughput / locked throughput (1 - throughput penalty)
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_hours", "locked_rate", "portable_rate", "policies", "retune_hours", "hourly_rate"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name.replace('_', '-')}: expected a finite number >= 0, got {v!r}")
+        if not (math.isfinite(self.ratio) and self.ratio > 0):
+            raise ValueError(f"ratio: expected a number > 0 (a port that does not run has no cost), got {self.ratio!r}")
+
+
+def lockin(c: CostInputs) -> dict[str, float]:
+    """DESIGN.md: premium = locked_rate*H*P - portable_rate*(H/ratio)*P - switching cost."""
+    locked = c.locked_rate * c.gpu_hours * c.policies
+    portable = c.portable_rate * (c.gpu_hours / c.ratio) * c.policies
+    switching = c.retune_hours * c.hourly_rate
+    saving_per_policy = c.locked_rate * c.gpu_hours - c.portable_rate * c.gpu_hours / c.ratio
+    break_even = switching / saving_per_policy if saving_per_policy > 0 else math.inf
+    return {"locked_cost": locked, "portable_cost": portable, "switching_cost": switching,
+            "premium": locked - portable - switching, "saving_per_policy": saving_per_policy,
+            "break_even_policies": break_even}  # fmt: skip
+
+
+def ratio_from_report(path: str | Path, backend: str, device: str, workload: str | None,
+                      kernel: str | None) -> tuple[float, str]:  # fmt: skip
+    """The ratio of ``backend`` on ``device`` for a workload (or one kernel) from a report.json (or its folder)."""
+    p = Path(path)
+    p = p / "report.json" if p.is_dir() else p
+    try:
+        rep = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{p}: not a readable report.json ({exc})") from None
+    if not isinstance(rep, dict) or rep.get("schema") != "portkern-report/1":
+        raise ValueError(f"{p}: not a portkern report (schema {rep.get('schema') if isinstance(rep, dict) else None!r})")
+    keys = list(rep["devices"])
+    match = [k for k in keys if k == device] or [k for k in keys if device.lower() in k.lower()]
+    if len(match) != 1:
+        raise ValueError(f"--device {device!r}: expected one of {', '.join(keys)} (or a unique substring)")
+    d = match[0]
+    if kernel:
+        row = next((r for r in rep["efficiency"] if (r["kernel"], r["backend"], r["device"]) == (kernel, backend, d)), None)
+        if row is None:
+            raise ValueError(f"--kernel {kernel!r} / --backend {backend!r}: not measured on {d}")
+        return row["ratio"], f"{kernel} with {backend} on {d} vs {row['baseline']}"
+    workload = workload or next(iter(rep["workloads"]))
+    if workload not in rep["workloads"]:
+        raise ValueError(f"--workload {workload!r}: expected one of {', '.join(rep['workloads'])}")
+    per = rep["workloads"][workload]["devices"][d]
+    if backend not in per:
+        raise ValueError(f"--backend {backend!r}: not measured on {d}; measured: {', '.join(per)}")
+    return per[backend]["ratio"], f"workload {workload!r} with {backend} on {d} ({rep['devices'][d]['baseline']})"
+
+
+def _money(x: float) -> str:
+    return "never" if math.isinf(x) else f"{x:,.2f}"
+
+
+def render(c: CostInputs, source: str) -> str:
+    r = lockin(c)
+    lines = [
+        f"ratio = {c.ratio:.4g} (throughput penalty {1 - c.ratio:.1%}; {source})",
+        "",
+        "premium = locked_rate x H x P - portable_rate x (H / ratio) x P - retune_hours x hourly_rate",
+        f"        = {c.locked_rate:g} x {c.gpu_hours:g} x {c.policies:g} - {c.portable_rate:g} x ({c.gpu_hours:g} / "
+        f"{c.ratio:.4g}) x {c.policies:g} - {c.retune_hours:g} x {c.hourly_rate:g}",
+        f"        = {_money(r['locked_cost'])} - {_money(r['portable_cost'])} - {_money(r['switching_cost'])}",
+        f"        = {_money(r['premium'])}",
+        "",
+        f"locked cost      {_money(r['locked_cost'])}",
+        f"portable cost    {_money(r['portable_cost'])}  ({c.gpu_hours / c.ratio:,.4g} GPU-hours per policy)",
+        f"switching cost   {_money(r['switching_cost'])}",
+        f"lock-in premium  {_money(r['premium'])}  ({'staying locked costs more' if r['premium'] > 0 else 'porting does not pay'})",
+        f"break-even       {_money(r['break_even_policies'])} policies  "
+        f"(= switching / (locked_rate x H - portable_rate x H / ratio))",
+        "",
+        "sensitivity over the ratio:",
+        f"{'ratio':>7} {'portable cost':>16} {'premium':>16} {'break-even P':>14}",
+    ]
+    for q in sorted({*SENSITIVITY_RATIOS, round(c.ratio, 4)}):
+        s = lockin(CostInputs(**{**asdict(c), "ratio": q}))
+        lines.append(f"{q:7.3g} {_money(s['portable_cost']):>16} {_money(s['premium']):>16} "
+                     f"{_money(s['break_even_policies']):>14}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def as_json(c: CostInputs, source: str) -> dict[str, Any]:
+    return {"inputs": asdict(c), "ratio_source": source, **lockin(c),
+            "sensitivity": {str(q): lockin(CostInputs(**{**asdict(c), "ratio": q})) for q in SENSITIVITY_RATIOS}}

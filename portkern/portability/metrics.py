@@ -1,0 +1,80 @@
+"""Portability metrics, pure functions over throughputs (items/s): the DESIGN.md vocabulary in code."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def functional_share(statuses: Sequence[str]) -> float:
+    """Share of kernels that pass parity; ``fail`` and ``unsupported`` count as 0, never as missing."""
+    if not statuses:
+        raise ValueError("functional_share: no kernels given")
+    return sum(s == "pass" for s in statuses) / len(statuses)
+
+
+def application_efficiency(throughput: float | None, best: float) -> float:
+    """e(k, b, d) = throughput of b on d / best throughput of any backend on d; 0 when b does not run there."""
+    if not throughput or throughput <= 0:
+        return 0.0
+    if best <= 0:
+        raise ValueError(f"application_efficiency: best throughput must be > 0, got {best}")
+    if throughput > best * (1 + 1e-12):
+        raise ValueError(f"application_efficiency: throughput {throughput} exceeds the best {best}")
+    return min(1.0, throughput / best)
+
+
+def architectural_efficiency(bytes_per_s: float | None, ceiling: float) -> tuple[float, float]:
+    """(achieved / ceiling clipped to [0, 1], raw ratio): above 1 the working set stays in cache."""
+    if not bytes_per_s or bytes_per_s <= 0:
+        return 0.0, 0.0
+    if ceiling <= 0:
+        raise ValueError(f"architectural_efficiency: ceiling must be > 0, got {ceiling}")
+    raw = bytes_per_s / ceiling
+    return min(1.0, raw), raw
+
+
+def pennycook_pp(efficiencies: Mapping[str, float | None]) -> float:
+    """Harmonic mean of e over the device set; 0 if any device is unsupported (None or 0)."""
+    if not efficiencies:
+        raise ValueError("pennycook_pp: the device set is empty")
+    values = list(efficiencies.values())
+    if any(e is None or e <= 0 for e in values):
+        return 0.0
+    return len(values) / sum(1.0 / e for e in values)  # type: ignore[operator]
+
+
+def workload_ratio(shares: Mapping[str, float], ratios: Mapping[str, float | None]) -> float:
+    """Throughput ratio of a workload whose phases take time ``shares`` on the baseline.
+
+    A phase with per-kernel ratio r takes share/r of the baseline's time, so the workload ratio is
+    1 / sum(share_i / r_i) (a weighted harmonic mean); any phase that does not run makes it 0.
+    """
+    total = sum(shares.values())
+    if total <= 0 or any(w < 0 for w in shares.values()):
+        raise ValueError(f"workload_ratio: shares must be >= 0 with a positive sum, got {dict(shares)}")
+    time = 0.0
+    for phase, w in shares.items():
+        r = ratios.get(phase)
+        if w == 0:
+            continue
+        if r is None or r <= 0:
+            return 0.0
+        time += (w / total) / r
+    return 1.0 / time
+
+
+def throughput_penalty(ratio: float) -> float:
+    """p = 1 - ratio (negative when the port is faster than the baseline)."""
+    return 1.0 - ratio
+
+
+def retune_penalty(t_source_config_on_target: float | None, t_best_on_target: float) -> float:
+    """1 - T(config tuned on source, run on target) / T(best config on target), T a throughput.
+
+    In [0, 1) whenever the source's configuration runs on the target; 1 when it cannot run there.
+    """
+    if t_best_on_target <= 0:
+        raise ValueError(f"retune_penalty: best target throughput must be > 0, got {t_best_on_target}")
+    if not t_source_config_on_target or t_source_config_on_target <= 0:
+        return 1.0
+    return max(0.0, 1.0 - t_source_config_on_target / t_best_on_target)

@@ -1,0 +1,333 @@
+"""The merged portability report: functional matrix, efficiencies, ratios, PP, workload and re-tune penalties."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import metrics
+from .runs import Record, Run, load_run, merge
+
+REPORT_SCHEMA = "portkern-report/1"
+KERNEL_ORDER = ("step:CartPole-v1", "step:Pendulum-v1", "step:MountainCar-v0", "step:MountainCarContinuous-v0",
+                "step:Acrobot-v1", "gae", "discounted_returns", "normalize", "gather")  # fmt: skip
+BACKEND_ORDER = ("cupy", "numba", "opencl", "numpy")
+#: The native backend of a vendor's devices, in order of preference (both compile CUDA for NVIDIA).
+NATIVE = {"NVIDIA": ("cupy", "numba")}
+#: Default workloads as time shares of each phase on the baseline. Only portkern's kernels are phases:
+#: the policy network's forward/backward is outside them, so these are the kernel part of an RL loop.
+DEFAULT_MIXES: dict[str, dict[str, float]] = {
+    "physics-heavy": {"step:Acrobot-v1": 0.80, "gae": 0.10, "normalize": 0.05, "gather": 0.05},
+    "update-heavy": {"step:CartPole-v1": 0.20, "gae": 0.25, "discounted_returns": 0.05, "normalize": 0.20,
+                     "gather": 0.30},
+}  # fmt: skip
+
+DEFINITIONS = {
+    "throughput": "T = items per launch / best (minimum) time over pytest-benchmark rounds; items are env steps, "
+                  "buffer elements or gathered rows. Only compared between backends on the same device "
+                  "(device = machine + device), never across devices.",
+    "functional portability": "share of the 9 kernels that build, run and pass parity against the NumPy reference "
+                              "on that device; fail, unsupported and not run count 0.",
+    "application efficiency": "e(k,b,d) = T(k,b,d) / max over backends T(k,.,d), at the largest size every passing "
+                              "backend on d measured; 0 when k fails or does not run.",
+    "performant portability ratio": "T(k,b,d) / T(k,baseline,d); baseline = the native backend (CUDA via CuPy, "
+                                    "else Numba-CUDA, on NVIDIA); on a device with no native backend, the best "
+                                    "backend measured on d for that kernel (for a workload: the fastest backend "
+                                    "of each phase combined).",
+    "architectural efficiency": "compulsory bytes/s (each array read or written once) / the device's copy bandwidth "
+                                "(read+write bytes/s of a large device-to-device copy measured in the same run), "
+                                "clipped to 1 (above 1 the working set stays in cache).",
+    "PP": "Pennycook, Sewall & Lee 2016: harmonic mean of application efficiency over every device in the runs; 0 "
+          "when the backend fails or does not run on any of them.",
+    "throughput penalty": "p = 1 - ratio per kernel; for a workload with baseline time shares w_i, "
+                          "ratio = 1 / sum_i(w_i / ratio_i), p = 1 - ratio (0 ratio if any phase does not run).",
+    "re-tune penalty": "1 - T(config tuned on source, run on target) / T(best config found on target), T the "
+                       "throughput at the target's tuning size; in [0, 1) when the source's config runs on the "
+                       "target, 1 (marked) when it cannot.",
+}  # fmt: skip
+
+
+def _kernels(records: list[Record]) -> list[str]:
+    seen = {r.kernel for r in records if r.kernel != "copy"}
+    return [k for k in KERNEL_ORDER if k in seen] + sorted(seen - set(KERNEL_ORDER)) or list(KERNEL_ORDER)
+
+
+def _order(backends: set[str]) -> list[str]:
+    return [b for b in BACKEND_ORDER if b in backends] + sorted(backends - set(BACKEND_ORDER))
+
+
+def parse_mix(text: str) -> dict[str, dict[str, float]]:
+    """``--mix`` value: a JSON file of {name: {kernel: share}} or ``name=kernel:share,kernel:share``."""
+    if "=" in text and not Path(text).exists():
+        name, _, body = text.partition("=")
+        try:
+            phases = {k: float(v) for k, v in (p.rsplit(":", 1) for p in body.split(",") if p)}
+        except ValueError:
+            raise ValueError(f"--mix: expected name=kernel:share,..., got {text!r}") from None
+        mixes = {name.strip(): phases}
+    else:
+        try:
+            mixes = json.loads(Path(text).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--mix {text}: not a readable JSON file of {{name: {{kernel: share}}}} ({exc})") from None
+    for name, phases in mixes.items():
+        if not isinstance(phases, dict) or not phases:
+            raise ValueError(f"--mix {name!r}: expected {{kernel: share}}, got {phases!r}")
+        unknown = set(phases) - set(KERNEL_ORDER)
+        if unknown:
+            raise ValueError(f"--mix {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(KERNEL_ORDER)}")
+        if any(not (isinstance(w, (int, float)) and w >= 0) for w in phases.values()) or sum(phases.values()) <= 0:
+            raise ValueError(f"--mix {name!r}: shares must be numbers >= 0 with a positive sum, got {phases}")
+    return mixes
+
+
+def _throughputs(recs: list[Record]) -> tuple[dict[str, float], dict[str, float], int | None]:
+    """Best passing throughput (and bytes/s) per backend at the largest size all passing backends measured."""
+    by_backend: dict[str, dict[int, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    for r in recs:
+        if r.status == "pass" and r.items_per_s:
+            by_backend[r.backend][r.size].append(r)
+    if not by_backend:
+        return {}, {}, None
+    common = set.intersection(*(set(s) for s in by_backend.values()))
+    size = max(common) if common else None
+    t, bw = {}, {}
+    for b, sizes in by_backend.items():
+        pick = sizes[size] if size is not None else sizes[max(sizes)]
+        best = max(pick, key=lambda r: r.items_per_s or 0.0)
+        t[b], bw[b] = best.items_per_s or 0.0, best.bytes_per_s or 0.0
+    return t, bw, size
+
+
+def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """Everything the report says, as plain data (report.json; what ``portkern cost`` reads)."""
+    mixes = dict(DEFAULT_MIXES if mixes is None else mixes)
+    recs = run.records
+    kernels = _kernels(recs)
+    real = {k: d for k, d in run.devices.items() if d["kind"] != "simulator"}
+    # --- functional matrix: every backend that ran on every device (simulators included, marked)
+    columns = [(b, d) for d in run.devices for b in _order(set(run.available.get(d, [])))]
+    functional: dict[str, Any] = {}
+    for b, d in columns:
+        cells = {}
+        for k in kernels:
+            rs = [r for r in recs if r.backend == b and r.device_key == d and r.kernel == k
+                  and r.status != "invalid-config"]  # fmt: skip
+            status = max((r.status for r in rs), key=lambda s: {"fail": 3, "pass": 2, "unsupported": 1}[s],
+                         default="not run")  # fmt: skip
+            bad = [r for r in rs if r.status == status]
+            err = max((r.max_error for r in bad if r.max_error is not None), default=None)
+            cells[k] = {"status": status, "max_error": err, "reason": bad[0].reason if bad else "not in these runs"}
+        share = metrics.functional_share([c["status"] for c in cells.values()])
+        functional[f"{b}@{d}"] = {"backend": b, "device": d, "simulator": run.devices[d]["kind"] == "simulator",
+                                  "kernels": cells, "share": share}  # fmt: skip
+    # --- per device: ceiling, baseline, efficiencies and ratios
+    devices_out: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    backends_all = _order({b for d in real for b in run.available.get(d, [])})
+    for d, info in real.items():
+        copies = [r.bytes_per_s for r in recs if r.device_key == d and r.kernel == "copy" and r.bytes_per_s]
+        ceiling = max(copies, default=None)
+        natives = [b for b in NATIVE.get(info["vendor"], ()) if b in run.available.get(d, [])]
+        baseline_rule = (f"native: {natives[0]}" if natives else
+                         f"best available (no native backend for {info['vendor']} devices in these runs)")  # fmt: skip
+        devices_out[d] = {**info, "ceiling_bytes_per_s": ceiling, "baseline": baseline_rule,
+                          "backends": run.available.get(d, [])}  # fmt: skip
+        for k in kernels:
+            t, bw, size = _throughputs([r for r in recs if r.device_key == d and r.kernel == k])
+            best = max(t.values(), default=0.0)
+            base_name = next((b for b in natives if t.get(b)), None) or (max(t, key=t.get) if t else None)
+            base = t.get(base_name, 0.0) if base_name else 0.0
+            for b in run.available.get(d, []):
+                status = functional[f"{b}@{d}"]["kernels"][k]["status"]
+                tb = t.get(b) if status == "pass" else None
+                arch, arch_raw = (metrics.architectural_efficiency(bw.get(b), ceiling) if ceiling and tb
+                                  else (None, None))  # fmt: skip
+                rows.append({
+                    "kernel": k, "device": d, "backend": b, "status": status, "size": size,
+                    "items_per_s": tb, "bytes_per_s": bw.get(b) if tb else None,
+                    "app_eff": metrics.application_efficiency(tb, best) if best else 0.0,
+                    "ratio": (tb / base) if (tb and base) else 0.0, "baseline": base_name,
+                    "baseline_is_native": base_name in natives, "arch_eff": arch, "arch_eff_raw": arch_raw,
+                })  # fmt: skip
+    # --- Pennycook PP over every device in the runs
+    def eff(k: str, b: str, d: str, field: str = "app_eff") -> float:
+        row = next((x for x in rows if x["kernel"] == k and x["backend"] == b and x["device"] == d), None)
+        return (row or {}).get(field) or 0.0
+
+    pp = {b: {k: metrics.pennycook_pp({d: eff(k, b, d) for d in real}) if real else 0.0 for k in kernels}
+          for b in backends_all}  # fmt: skip
+    pp_arch = {b: {k: metrics.pennycook_pp({d: eff(k, b, d, "arch_eff") for d in real}) if real else 0.0
+                   for k in kernels} for b in backends_all}  # fmt: skip
+    # --- workloads: per device and backend, the time-weighted ratio over phases
+    workloads: dict[str, Any] = {}
+    for m, shares in mixes.items():
+        per_dev: dict[str, Any] = {}
+        for d in real:
+            ratios = {b: metrics.workload_ratio(shares, {k: eff(k, b, d, "ratio") for k in shares})
+                      for b in run.available.get(d, [])}  # fmt: skip
+            top = max(ratios.values(), default=0.0)
+            per_dev[d] = {b: {"ratio": r, "penalty": metrics.throughput_penalty(r),
+                              "app_eff": (r / top) if top else 0.0} for b, r in ratios.items()}  # fmt: skip
+        pp_w = {b: metrics.pennycook_pp({d: per_dev[d].get(b, {}).get("app_eff", 0.0) for d in real}) if real
+                else 0.0 for b in backends_all}  # fmt: skip
+        workloads[m] = {"shares": dict(shares), "devices": per_dev, "pp": pp_w}
+    return {
+        "schema": REPORT_SCHEMA, "sources": run.path.split(", "), "machines": run.machine,
+        "definitions": DEFINITIONS, "kernels": kernels, "devices": devices_out,
+        "simulators": {d: i for d, i in run.devices.items() if i["kind"] == "simulator"},
+        "unavailable": run.unavailable, "functional": functional, "efficiency": rows,
+        "pp": pp, "pp_arch": pp_arch, "workloads": workloads, "retune": retune(recs, real),
+    }  # fmt: skip
+
+
+def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Re-tune penalty for each backend, kernel and ordered pair of devices that were both tuned."""
+    space: dict[tuple[str, str, str], dict[str, Record]] = {}
+    for (b, k, d), group in _group(recs, devices).items():
+        size = max(r.size for r in group)
+        at = {r.config_key: r for r in group if r.size == size}
+        if len(at) > 1:  # a search ran here (more than one configuration measured)
+            space[(b, k, d)] = at
+    out = []
+    for (b, k, src), src_space in space.items():
+        tuned = max((r for r in src_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0,
+                    default=None)  # fmt: skip
+        if tuned is None:
+            continue
+        for (b2, k2, tgt), tgt_space in space.items():
+            if (b2, k2) != (b, k) or tgt == src:
+                continue
+            best = max((r.items_per_s or 0.0 for r in tgt_space.values() if r.status == "pass"), default=0.0)
+            if best <= 0:
+                continue
+            there = tgt_space.get(tuned.config_key)
+            if there is None:
+                note, t = "source configuration not in the target's search", None
+            else:
+                t = there.items_per_s if there.status == "pass" else 0.0
+                note = "" if there.status == "pass" else f"does not run on target ({there.status}: {there.reason})"
+            out.append({
+                "backend": b, "kernel": k, "source": src, "target": tgt, "config": tuned.config,
+                "target_best_config": max((r for r in tgt_space.values() if r.status == "pass"),
+                                          key=lambda r: r.items_per_s or 0.0).config,
+                "penalty": None if t is None else metrics.retune_penalty(t, best), "note": note,
+            })  # fmt: skip
+    return out
+
+
+def _group(recs: list[Record], devices: Mapping[str, Any]) -> dict[tuple[str, str, str], list[Record]]:
+    g: dict[tuple[str, str, str], list[Record]] = defaultdict(list)
+    for r in recs:
+        if r.device_key in devices and r.kernel != "copy":
+            g[(r.backend, r.kernel, r.device_key)].append(r)
+    return g
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+def _fmt(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:.1f}%" if pct else f"{x:.3g}"
+
+
+def _cell(c: dict[str, Any]) -> str:
+    if c["status"] == "pass":
+        return "pass"
+    if c["status"] == "fail":
+        return f"**FAIL** ({'max err ' + _fmt(c['max_error']) if c['max_error'] is not None else c['reason'][:40]})"
+    return c["status"]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The tables a person reads first (also printed by the CLI): functional matrix, ratios, PP."""
+    cols = list(rep["functional"])
+    func = (["kernel"] + [c + (" (sim)" if rep["functional"][c]["simulator"] else "") for c in cols],
+            [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in rep["kernels"]]
+            + [["**share**"] + [_fmt(rep["functional"][c]["share"], True) for c in cols]])  # fmt: skip
+    ratio_rows = [[r["kernel"], r["backend"], r["device"], r["status"], str(r["size"] or "–"),
+                   _fmt(r["items_per_s"]), _fmt(r["app_eff"], True), _fmt(r["ratio"], True),
+                   f"{r['baseline'] or '–'}{'' if r['baseline_is_native'] else ' (best)'}",
+                   _fmt(r["arch_eff"], True) + (" (cache)" if (r["arch_eff_raw"] or 0) > 1 else "")]
+                  for r in rep["efficiency"]]  # fmt: skip
+    ratios = (["kernel", "backend", "device", "parity", "size", "items/s", "app. eff.", "ratio", "baseline",
+               "arch. eff."], ratio_rows)  # fmt: skip
+    backends = list(rep["pp"])
+    pp = (["PP over " + ", ".join(rep["devices"]) or "PP"] + backends,
+          [[k] + [_fmt(rep["pp"][b][k], True) for b in backends] for k in rep["kernels"]]
+          + [[f"workload: {m}"] + [_fmt(w["pp"].get(b), True) for b in backends] for m, w in rep["workloads"].items()])
+    return {"Functional portability": func, "Application efficiency and performant portability ratio": ratios,
+            "Pennycook PP (application efficiency)": pp}  # fmt: skip
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    out = ["# portkern portability report", "", f"Runs: {', '.join(rep['sources'])} (machines: {rep['machines']}).", ""]
+    out += ["## Devices", ""]
+    out += _table(["device", "label", "kind", "vendor", "copy bandwidth (B/s)", "backends", "baseline"],
+                  [[d, i["device_label"], i["kind"], i["vendor"], _fmt(i["ceiling_bytes_per_s"]),
+                    ", ".join(i["backends"]), i["baseline"]] for d, i in rep["devices"].items()])  # fmt: skip
+    if rep["simulators"]:
+        out += ["", "Simulator devices (functional-only: parity checked, never timed, not in PP): "
+                + ", ".join(f"{d} ({i['device_label']})" for d, i in rep["simulators"].items())]
+    if rep["unavailable"]:
+        out += ["", "Backends not available in these runs (not measured; on a device in the set they make PP 0):", ""]
+        out += [f"* {u['backend']} on {u['machine']}: {u['reason']}" for u in rep["unavailable"]]
+    for title, (header, rows) in headline(rep).items():
+        out += ["", f"## {title}", ""] + _table(header, rows)
+    out += ["", "## Workload throughput penalty", ""]
+    for m, w in rep["workloads"].items():
+        out += ["", f"**{m}**: " + ", ".join(f"{k} {100 * s:.0f}%" for k, s in w["shares"].items()), ""]
+        out += _table(["device", "backend", "ratio", "throughput penalty", "app. eff."],
+                      [[d, b, _fmt(v["ratio"], True), _fmt(v["penalty"], True), _fmt(v["app_eff"], True)]
+                       for d, per in w["devices"].items() for b, v in per.items()])  # fmt: skip
+    out += ["", "## Re-tune penalty", ""]
+    if rep["retune"]:
+        out += _table(["backend", "kernel", "tuned on", "run on", "config", "target's best", "penalty"],
+                      [[r["backend"], r["kernel"], r["source"], r["target"], json.dumps(r["config"]),
+                        json.dumps(r["target_best_config"]),
+                        (_fmt(r["penalty"], True) if r["penalty"] is not None else "–")
+                        + (f" † {r['note']}" if r["note"] else "")] for r in rep["retune"]])  # fmt: skip
+    else:
+        out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
+                "on two or more devices and pass all the run files."]
+    out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
+    return "\n".join(out) + "\n"
+
+
+def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,
+          extra_files: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Load and check every run first, then write report.md/json and plots into a temp dir and move it in."""
+    runs = [load_run(p) for p in run_paths]  # raises before anything is written
+    rep = build(merge(runs), mixes)
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".portkern-report-", dir=out.parent))
+    try:
+        (tmp / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default))
+        (tmp / "report.md").write_text(markdown(rep))
+        from .plots import plot_all
+
+        plot_all(rep, tmp)
+        for name, src in (extra_files or {}).items():
+            shutil.copyfile(src, tmp / name)
+        out.mkdir(exist_ok=True)
+        for f in tmp.iterdir():  # same filesystem: each file lands whole or not at all
+            f.replace(out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rep
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

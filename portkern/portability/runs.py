@@ -1,0 +1,159 @@
+"""Loading, validating and merging bench run files (pytest-benchmark JSON with a ``portkern`` section)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "portkern-bench/1"  # as written by portkern.portability.suite (not imported: it needs the backends)
+STATUSES = ("pass", "fail", "unsupported", "invalid-config")
+
+
+class RunFileError(ValueError):
+    """A run file that is not a usable portkern bench run; the message names the file and the problem."""
+
+
+@dataclass
+class Record:
+    """One kernel case of one run: its parity outcome and, when timed, its best time."""
+
+    kernel: str
+    backend: str
+    device_key: str
+    size: int
+    status: str
+    config: dict[str, Any] = field(default_factory=dict)
+    max_error: float | None = None
+    reason: str = ""
+    min_s: float | None = None
+    items: int | None = None
+    bytes: int | None = None
+    source: str = ""
+
+    @property
+    def items_per_s(self) -> float | None:
+        return self.items / self.min_s if self.items and self.min_s else None
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes / self.min_s if self.bytes and self.min_s else None
+
+    @property
+    def config_key(self) -> str:
+        return json.dumps(self.config, sort_keys=True)
+
+
+@dataclass
+class Run:
+    path: str
+    machine: str
+    devices: dict[str, dict[str, Any]]  # device_key -> identity (label, kind, vendor, machine)
+    available: dict[str, list[str]]  # device_key -> backends that ran there
+    unavailable: list[dict[str, str]]  # {"machine", "backend", "reason"}
+    records: list[Record]
+
+
+def _fail(path: str, what: str) -> RunFileError:
+    return RunFileError(f"{path}: {what}")
+
+
+def load_run(path: str | Path) -> Run:
+    """Read and check one run file; raises RunFileError naming the file and what is wrong with it."""
+    p = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise _fail(p, f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(p, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); truncated?") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise _fail(p, "not a pytest-benchmark JSON file (no 'benchmarks' list)")
+    pk = data.get("portkern")
+    mi = data.get("machine_info", {}).get("portkern") if isinstance(data.get("machine_info"), dict) else None
+    if not isinstance(pk, dict) or not isinstance(mi, dict):
+        raise _fail(p, "a pytest-benchmark file but not a portkern run (no 'portkern' section): "
+                       "make runs with `portkern bench` or `pytest bench --benchmark-json=FILE`")  # fmt: skip
+    if pk.get("schema") != SCHEMA:
+        raise _fail(p, f"unsupported portkern run schema {pk.get('schema')!r} (this portkern reads {SCHEMA!r})")
+    if not isinstance(pk.get("cases"), list) or not isinstance(mi.get("devices"), list):
+        raise _fail(p, "the portkern section has no 'cases' or 'devices' list")
+    times = {}
+    for i, bench in enumerate(data["benchmarks"]):
+        try:
+            cid, t = bench["extra_info"]["case_id"], float(bench["stats"]["min"])
+        except (KeyError, TypeError, ValueError):
+            raise _fail(p, f"benchmarks[{i}] lacks extra_info.case_id or stats.min") from None
+        if not t > 0:
+            raise _fail(p, f"benchmarks[{i}] ({cid}) has a non-positive time {t}")
+        times[cid] = t
+    machine = str(mi.get("machine", "?"))
+    devices, available = {}, {}
+    for d in mi["devices"]:
+        try:
+            key = d["device_key"]
+            devices[key] = {k: d[k] for k in ("device_label", "kind", "vendor", "machine")}
+        except (KeyError, TypeError):
+            raise _fail(p, "machine_info.portkern.devices has an entry without device_key/label/kind/vendor") from None
+        available.setdefault(key, [])
+        if d.get("backend") not in available[key]:
+            available[key].append(d.get("backend"))
+    unavailable = [{"machine": machine, "backend": b.get("name", "?"), "reason": b.get("reason", "")}
+                   for b in mi.get("backends", []) if isinstance(b, dict) and not b.get("available")]  # fmt: skip
+    records = []
+    for i, c in enumerate(pk["cases"]):
+        try:
+            if c.get("device_key") is None:  # an unavailable backend: nothing measured, reason kept above
+                continue
+            status = c["status"]
+            if status not in STATUSES:
+                raise ValueError(status)
+            records.append(Record(
+                kernel=str(c["kernel"]), backend=str(c["backend"]), device_key=str(c["device_key"]),
+                size=int(c["size"]), status=status, config=dict(c.get("config") or {}),
+                max_error=c.get("max_error"), reason=str(c.get("reason") or ""), min_s=times.get(c["case_id"]),
+                items=c.get("items"), bytes=c.get("bytes"), source=p,
+            ))  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise _fail(p, f"portkern.cases[{i}] is malformed (needs kernel, backend, device_key, size, "
+                           f"status in {STATUSES}, case_id)") from None  # fmt: skip
+        if records[-1].device_key not in devices:
+            raise _fail(p, f"portkern.cases[{i}] names device {records[-1].device_key!r}, absent from machine_info")
+    return Run(p, machine, devices, available, unavailable, records)
+
+
+_PRIORITY = {"fail": 3, "pass": 2, "unsupported": 1, "invalid-config": 0}
+
+
+def merge(runs: list[Run]) -> Run:
+    """One run from many: devices are (machine, device) pairs, so different machines never collide.
+
+    The same case measured twice keeps the faster time; a failure in any run makes the case fail.
+    """
+    if not runs:
+        raise ValueError("merge: no runs given")
+    devices: dict[str, dict[str, Any]] = {}
+    available: dict[str, list[str]] = {}
+    unavailable: list[dict[str, str]] = []
+    best: dict[tuple[Any, ...], Record] = {}
+    for run in runs:
+        devices.update(run.devices)
+        for key, names in run.available.items():
+            available.setdefault(key, [])
+            available[key] += [n for n in names if n not in available[key]]
+        unavailable += [u for u in run.unavailable if u not in unavailable]
+        for r in run.records:
+            k = (r.device_key, r.backend, r.kernel, r.size, r.config_key)
+            old = best.get(k)
+            if old is None:
+                best[k] = r
+                continue
+            keep = max((old, r), key=lambda x: (_PRIORITY[x.status], x.items_per_s or 0.0))
+            if _PRIORITY[old.status] == _PRIORITY[r.status] == _PRIORITY["pass"]:
+                keep = old if (old.items_per_s or 0) >= (r.items_per_s or 0) else r
+            best[k] = keep
+    return Run(", ".join(r.path for r in runs), ", ".join(sorted({r.machine for r in runs})), devices,
+               available, unavailable, list(best.values()))  # fmt: skip
