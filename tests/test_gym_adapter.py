@@ -1,0 +1,228 @@
+"""Gymnasium vector-env adapter: spaces, autoreset conventions, wrappers, seeding and registration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gymnasium = pytest.importorskip("gymnasium")
+
+from gymnasium.vector import AutoresetMode  # noqa: E402
+from gymnasium.vector.utils import batch_space  # noqa: E402
+from gymnasium.wrappers.vector import RecordEpisodeStatistics  # noqa: E402
+
+import portkern  # noqa: E402
+from portkern.backends import Backend  # noqa: E402
+from portkern.gym import PortkernVectorEnv, make_vec  # noqa: E402
+
+N = 4
+# CartPole state (x, x_dot, theta, theta_dot): x_dot * tau carries x past 2.4 in one step.
+ABOUT_TO_TERMINATE = (2.39, 1.0, 0.0, 0.0)
+
+
+def cartpole(autoreset: str = "same_step", backend: Backend | str = "numpy") -> PortkernVectorEnv:
+    env = make_vec("CartPole-v1", N, seed=0, autoreset=autoreset, backend=backend)
+    env.reset()
+    return env
+
+
+def finish_env0_and_truncate_env1(env: PortkernVectorEnv) -> None:
+    """Env 0 terminates and env 1 truncates on the next step; envs 2 and 3 carry on."""
+    state = np.zeros((N, 4))
+    state[0] = ABOUT_TO_TERMINATE
+    limit = env.env.spec.max_episode_steps
+    env.env.set_state(state, np.array([0, limit - 1, 0, 0]))
+
+
+def episodes_from_flags(dones: list[np.ndarray], counted: list[np.ndarray]) -> list[list[int]]:
+    """Per env, the lengths of finished episodes, counting only the steps marked in ``counted``."""
+    lengths: list[list[int]] = [[] for _ in range(N)]
+    running = np.zeros(N, dtype=int)
+    for done, count in zip(dones, counted):
+        running += count
+        for i in np.flatnonzero(done):
+            lengths[i].append(int(running[i]))
+            running[i] = 0
+    return lengths
+
+
+# ---- spaces and metadata -------------------------------------------------------------------------
+@pytest.mark.parametrize("env_id", sorted(portkern.envs.ENVS))
+def test_spaces_equal_gymnasium_env_batched(env_id: str) -> None:
+    ours = make_vec(env_id, N, seed=0)
+    theirs = gymnasium.make(env_id)
+    assert ours.single_observation_space == theirs.observation_space
+    assert ours.single_action_space == theirs.action_space
+    assert ours.observation_space == batch_space(theirs.observation_space, N)
+    assert ours.action_space == batch_space(theirs.action_space, N)
+    assert ours.num_envs == N
+
+
+@pytest.mark.parametrize(
+    ("autoreset", "mode"), [("same_step", AutoresetMode.SAME_STEP), ("next_step", AutoresetMode.NEXT_STEP)]
+)
+def test_metadata_declares_gymnasium_autoreset_mode(autoreset: str, mode: AutoresetMode) -> None:
+    assert make_vec("CartPole-v1", N, seed=0, autoreset=autoreset).metadata["autoreset_mode"] is mode
+
+
+def test_outputs_are_host_numpy_with_gymnasium_dtypes(backend: Backend) -> None:
+    env = cartpole(backend=backend)
+    obs, rew, term, trunc, infos = env.step(np.zeros(N, dtype=np.int64))
+    assert obs.dtype == np.float32 and obs.shape == (N, 4)
+    assert rew.dtype == np.float64 and rew.shape == (N,)
+    assert term.dtype == np.bool_ and trunc.dtype == np.bool_
+    assert infos == {}
+
+
+def test_outputs_are_copies_not_the_reused_env_buffers(backend: Backend) -> None:
+    env = cartpole(backend=backend)
+    obs, *_ = env.step(np.zeros(N, dtype=np.int64))
+    kept = obs.copy()
+    env.step(np.ones(N, dtype=np.int64))
+    np.testing.assert_array_equal(obs, kept)
+
+
+# ---- autoreset -----------------------------------------------------------------------------------
+def test_same_step_final_obs_follow_sync_vector_env_convention(backend: Backend) -> None:
+    env = cartpole("same_step", backend=backend)
+    finish_env0_and_truncate_env1(env)
+    obs, rew, term, trunc, infos = env.step(np.zeros(N, dtype=np.int64))
+    np.testing.assert_array_equal(term, [True, False, False, False])
+    np.testing.assert_array_equal(trunc, [False, True, False, False])
+    assert set(infos) == {"final_obs", "_final_obs", "final_info", "_final_info"}
+    assert infos["final_obs"].dtype == object
+    np.testing.assert_array_equal(infos["_final_obs"], [True, True, False, False])
+    np.testing.assert_array_equal(infos["_final_info"], [True, True, False, False])
+    assert infos["final_obs"][2] is None and infos["final_obs"][3] is None
+    assert infos["final_obs"][0][0] > 2.4  # the obs that crossed the threshold ...
+    assert abs(obs[0][0]) <= 0.05  # ... while the returned obs is already the reset one
+
+
+def test_same_step_info_keys_match_gymnasium_sync_vector_env() -> None:
+    theirs = gymnasium.make_vec(
+        "CartPole-v1", N, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+    )
+    theirs.reset(seed=0)
+    infos: dict = {}
+    while not infos:
+        *_, infos = theirs.step(np.zeros(N, dtype=np.int64))  # always pushing left ends within ~10 steps
+    ours = cartpole("same_step")
+    finish_env0_and_truncate_env1(ours)
+    *_, our_infos = ours.step(np.zeros(N, dtype=np.int64))
+    assert set(our_infos) == set(infos)
+    assert our_infos["final_info"] == infos["final_info"] == {}
+
+
+def test_next_step_resets_on_the_following_call_with_zero_reward(backend: Backend) -> None:
+    env = cartpole("next_step", backend=backend)
+    finish_env0_and_truncate_env1(env)
+    _, _, term, trunc, infos = env.step(np.zeros(N, dtype=np.int64))
+    assert term[0] and trunc[1] and infos == {}
+    obs, rew, term, trunc, infos = env.step(np.zeros(N, dtype=np.int64))
+    np.testing.assert_array_equal(rew, [0.0, 0.0, 1.0, 1.0])
+    assert not term[:2].any() and not trunc[:2].any()
+    assert np.abs(obs[:2]).max() <= 0.05  # CartPole resets uniformly in [-0.05, 0.05]
+    assert infos == {}
+
+
+# ---- wrappers ------------------------------------------------------------------------------------
+def test_record_episode_statistics_same_step_counts_every_step() -> None:
+    env = RecordEpisodeStatistics(make_vec("CartPole-v1", N, seed=3))
+    env.reset()
+    rng = np.random.default_rng(0)
+    dones, reported = [], [[] for _ in range(N)]
+    for _ in range(300):
+        _, _, term, trunc, infos = env.step(rng.integers(0, 2, N))
+        dones.append(term | trunc)
+        for i in np.flatnonzero(infos.get("_episode", np.zeros(N, bool))):
+            reported[i].append((int(infos["episode"]["l"][i]), float(infos["episode"]["r"][i])))
+    expected = episodes_from_flags(dones, [np.ones(N, dtype=int)] * len(dones))
+    assert sum(map(len, expected)) >= 3 * N  # several episodes per env
+    assert [[length for length, _ in env_eps] for env_eps in reported] == expected
+    assert all(ret == length for env_eps in reported for length, ret in env_eps)  # CartPole: +1 per step
+
+
+def test_record_episode_statistics_next_step_skips_reset_steps() -> None:
+    env = RecordEpisodeStatistics(make_vec("CartPole-v1", N, seed=3, autoreset="next_step"))
+    env.reset()
+    rng = np.random.default_rng(0)
+    dones, counted, reported = [], [], [[] for _ in range(N)]
+    prev_done = np.zeros(N, dtype=bool)
+    for _ in range(300):
+        _, _, term, trunc, infos = env.step(rng.integers(0, 2, N))
+        counted.append((~prev_done).astype(int))  # the step after a done only resets
+        prev_done = term | trunc
+        dones.append(prev_done)
+        for i in np.flatnonzero(infos.get("_episode", np.zeros(N, bool))):
+            reported[i].append(int(infos["episode"]["l"][i]))
+    expected = episodes_from_flags(dones, counted)
+    assert sum(map(len, expected)) >= 3 * N
+    assert reported == expected
+
+
+# ---- seeding -------------------------------------------------------------------------------------
+def rollout(env: PortkernVectorEnv, seed: int, steps: int = 40) -> np.ndarray:
+    obs, _ = env.reset(seed=seed)
+    seq = [obs]
+    for t in range(steps):
+        seq.append(env.step(np.full(N, t % 2))[0])
+    return np.stack(seq)
+
+
+def test_same_seed_gives_same_obs_sequence() -> None:
+    first, second = make_vec("CartPole-v1", N), make_vec("CartPole-v1", N)
+    np.testing.assert_array_equal(rollout(first, 7), rollout(second, 7))
+
+
+def test_different_seed_gives_different_obs_sequence() -> None:
+    env = make_vec("CartPole-v1", N)
+    assert not np.array_equal(rollout(env, 7), rollout(env, 8))
+
+
+def test_unseeded_envs_draw_different_seeds() -> None:
+    first, _ = make_vec("CartPole-v1", N).reset()
+    second, _ = make_vec("CartPole-v1", N).reset()
+    assert not np.array_equal(first, second)
+
+
+def test_reset_rejects_per_env_seed_list() -> None:
+    with pytest.raises(TypeError, match="per-env seed lists are not supported"):
+        make_vec("CartPole-v1", N).reset(seed=list(range(N)))
+
+
+def test_reset_rejects_options() -> None:
+    with pytest.raises(ValueError, match="options: not supported"):
+        make_vec("CartPole-v1", N).reset(options={"reset_mask": np.ones(N, dtype=bool)})
+
+
+# ---- registration --------------------------------------------------------------------------------
+def test_gymnasium_make_vec_builds_registered_id() -> None:
+    env = gymnasium.make_vec("portkern/CartPole-v1", num_envs=N, seed=0, autoreset="next_step")
+    assert isinstance(env, PortkernVectorEnv)
+    assert env.spec.id == "portkern/CartPole-v1"
+    assert env.spec.reward_threshold == 475.0
+    assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+
+
+def test_gymnasium_make_vec_module_prefix_imports_the_adapter() -> None:
+    code = (
+        "import gymnasium\n"
+        "env = gymnasium.make_vec('portkern.gym:portkern/CartPole-v1', num_envs=2, seed=0)\n"
+        "print(type(env).__name__)\n"
+    )
+    # A fresh interpreter, so nothing has imported portkern.gym yet; it must find this checkout's portkern.
+    root = str(Path(portkern.__file__).parents[1])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "PortkernVectorEnv"
+
+
+def test_make_vec_rejects_a_different_episode_limit() -> None:
+    with pytest.raises(ValueError, match="truncates at 500 steps"):
+        gymnasium.make_vec("portkern/CartPole-v1", num_envs=N, max_episode_steps=100)
