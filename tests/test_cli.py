@@ -30,3 +30,18 @@ def test_bad_arguments_exit_nonzero_with_a_message(capsys):
 def test_console_script_entry_point_runs():
     res = subprocess.run([sys.executable, "-m", "portkern.cli", "--version"], capture_output=True, text=True)
     assert res.returncode == 0 and "portkern" in res.stdout
+
+
+def test_cost_reproduces_the_readme_hand_calculation(capsys):
+    import json
+
+    args = ["cost", "--ratio", "0.8", "--gpu-hours", "1000", "--locked-rate", "3", "--portable-rate", "2",
+            "--policies", "10", "--retune-hours", "200", "--hourly-rate", "150"]  # fmt: skip
+    assert cli.main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["locked_cost"], out["portable_cost"], out["switching_cost"]) == (30000.0, 25000.0, 30000.0)
+    assert out["premium"] == -25000.0 and out["break_even_policies"] == 60.0
+    assert out["sensitivity"]["0.5"]["break_even_policies"] is None  # never: strict JSON, no Infinity
+    assert cli.main(args) == 0
+    text = capsys.readouterr().out
+    assert "= 3 x 1000 x 10 - 2 x (1000 / 0.8) x 10 - 200 x 150" in text

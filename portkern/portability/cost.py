@@ -104,6 +104,12 @@ def render(c: CostInputs, source: str) -> str:
     return "\n".join(lines)
 
 
+def _finite(d: dict[str, Any]) -> dict[str, Any]:
+    # Strict JSON has no Infinity: a break-even that is never reached is null.
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
 def as_json(c: CostInputs, source: str) -> dict[str, Any]:
-    return {"inputs": asdict(c), "ratio_source": source, **lockin(c),
-            "sensitivity": {str(q): lockin(CostInputs(**{**asdict(c), "ratio": q})) for q in SENSITIVITY_RATIOS}}
+    return {"inputs": asdict(c), "ratio_source": source, **_finite(lockin(c)),
+            "sensitivity": {str(q): _finite(lockin(CostInputs(**{**asdict(c), "ratio": q})))
+                            for q in SENSITIVITY_RATIOS}}
