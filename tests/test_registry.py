@@ -51,3 +51,19 @@ def test_same_backend_instance_is_reused():
 
 def test_known_extras():
     assert KNOWN == {"numpy": None, "opencl": "opencl", "cupy": "cuda", "numba": "cuda"}
+
+
+def test_portkern_device_is_the_opencl_default_only(monkeypatch):
+    from portkern.backends.opencl import OpenCLBackend
+    from portkern.backends.numpy import NumpyBackend
+
+    assert OpenCLBackend.default_device_env == ("PORTKERN_DEVICE",)
+    assert NumpyBackend.default_device_env == ()
+    monkeypatch.setenv("PORTKERN_DEVICE", "pocl")
+    assert get_backend("numpy").device_name  # numpy ignores an OpenCL device name
+
+
+def test_per_backend_device_variable_is_used(monkeypatch):
+    monkeypatch.setenv("PORTKERN_NUMPY_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="device: the numpy backend runs on the host only"):
+        get_backend("numpy")

@@ -50,6 +50,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: pip extra that installs this backend's dependencies, for error messages.
     extra: ClassVar[str | None] = None
+    #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
+    default_device_env: ClassVar[tuple[str, ...]] = ()
 
     device_name: str
     supports_float64: bool

@@ -104,6 +104,7 @@ def _check_native(name: str, a: Any, dtype: Any = None, shape: tuple[int, ...] |
 class OpenCLBackend(Backend):
     name = "opencl"
     extra = "opencl"
+    default_device_env = ("PORTKERN_DEVICE",)
 
     @classmethod
     def probe(cls) -> Probe:

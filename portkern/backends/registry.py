@@ -89,13 +89,16 @@ def get_backend(name: str = "numpy", device: str | None = None) -> Backend:
     _check_name(name)
     if device is not None and not isinstance(device, str):
         raise TypeError(f"device: expected a string or None, got {type(device).__name__}")
+    p = probe(name)
+    cls = _CLASSES.get(name)
     if device is None:
-        device = os.environ.get("PORTKERN_DEVICE") or None
+        # PORTKERN_<NAME>_DEVICE for any backend; the plain PORTKERN_DEVICE only for backends
+        # whose device names it is written for (a "pocl" default must not break cupy).
+        names = (f"PORTKERN_{name.upper()}_DEVICE", *(cls.default_device_env if cls else ()))
+        device = next((os.environ[v] for v in names if os.environ.get(v)), None)
     key = (name, device)
     if key in _INSTANCES:
         return _INSTANCES[key]
-    p = probe(name)
-    cls = _CLASSES.get(name)
     if not p.available or cls is None:
         raise BackendUnavailable(f"backend {name!r} is unavailable here: {p.reason}")
     inst = cls(device)
