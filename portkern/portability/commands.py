@@ -106,7 +106,8 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
 
             write_tuned(json_path, Path(tmp) / "tuned.json")
             extra["tuned.json"] = str(Path(tmp) / "tuned.json")
-        rep = report.write([str(json_path)], out, _mixes(args), extra_files=extra)
+        rep = report.write([str(json_path)], out, _mixes(args), extra_files=extra,
+                           source_names=[str(out / "results.json")])
     _print_tables(report.headline(rep))
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} in {time.perf_counter() - t0:.0f} s")
     if failed:

@@ -304,10 +304,16 @@ def markdown(rep: dict[str, Any]) -> str:
 
 
 def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,
-          extra_files: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Load and check every run first, then write report.md/json and plots into a temp dir and move it in."""
+          extra_files: Mapping[str, str] | None = None, source_names: list[str] | None = None) -> dict[str, Any]:
+    """Load and check every run first, then write report.md/json and plots into a temp dir and move it in.
+
+    ``source_names`` replaces the run paths in the report (a run copied into ``out_dir`` is
+    named where it ends up, not where it was written first).
+    """
     runs = [load_run(p) for p in run_paths]  # raises before anything is written
     rep = build(merge(runs), mixes)
+    if source_names is not None:
+        rep["sources"] = list(source_names)
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".portkern-report-", dir=out.parent))
