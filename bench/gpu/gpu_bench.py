@@ -1,4 +1,4 @@
-"""GPU measurements for one lent machine: copy ceiling, CartPole step, GAE, zero-copy to torch; writes JSON."""
+"""GPU measurements for one lent machine: copy ceiling, CartPole step, GAE, zero-copy to torch, rollout data paths; writes JSON."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from portkern import step as pk_step
 from portkern.backends import EnvBuffers, get_backend, probe
 from portkern.envs import ENVS
+from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer
 
 BACKENDS = ("cupy", "numba", "opencl")
 #: CartPole same_step, float32, per env and step, as the kernel moves them: reads state 16 + steps 4 +
@@ -24,6 +27,10 @@ BACKENDS = ("cupy", "numba", "opencl")
 CARTPOLE_BYTES_PER_STEP = 82
 #: GAE per element: rewards, values, next_values (3 x 4) + terminated, truncated (2 x 1) + 2 outputs (2 x 4).
 GAE_BYTES_PER_ELEMENT = 22
+#: Rollout envs and data paths, in the order they are measured (the most wanted first, so a run cut
+#: short by its time budget still has them).
+ROLLOUT_ENVS = ("CartPole-v1", "Acrobot-v1")
+ROLLOUT_PATHS = ("fused", "device", "fused_mlp", "host")  # device-resident paths share one env
 
 
 def _device(name: str) -> str | None:
@@ -31,10 +38,13 @@ def _device(name: str) -> str | None:
     return os.environ.get("PORTKERN_OPENCL_DEVICE", "nvidia") if name == "opencl" else None
 
 
-def _timed(fn: Callable[[], None], sync: Callable[[], None], reps: int, rounds: int = 3) -> float:
+def _timed(
+    fn: Callable[[], None], sync: Callable[[], None], reps: int, rounds: int = 3, warmup: bool = True
+) -> float:
     """Best-of-rounds seconds per call, synchronising inside the timed region."""
-    fn()
-    sync()
+    if warmup:
+        fn()
+        sync()
     best = float("inf")
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -45,23 +55,37 @@ def _timed(fn: Callable[[], None], sync: Callable[[], None], reps: int, rounds: 
     return best
 
 
+_DEADLINE = [float("inf")]  # perf_counter() after which sections are skipped (--budget-s)
+
+
 def section(results: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
     """Run one measurement; a failure is recorded (one line + traceback tail), never fatal."""
     t0 = time.perf_counter()
+    if t0 > _DEADLINE[0]:
+        results[key] = {"skipped": "out of the run's time budget (--budget-s)"}
+        print(f"[  skip] {key}: out of time", flush=True)
+        return
     try:
         results[key] = fn()
+        _free()
     except Exception as exc:
         results[key] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0],
                         "traceback": traceback.format_exc().splitlines()[-6:]}  # fmt: skip
-    print(f"[{time.perf_counter() - t0:6.1f}s] {key}: {json.dumps(results[key], default=str)[:400]}", flush=True)
+    print(
+        f"[{time.perf_counter() - t0:6.1f}s] {key}: {json.dumps(results[key], default=str)[:400]}", flush=True
+    )
 
 
 def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "numpy": np.__version__}
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+    }
     try:
         info["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.memory", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
+            check=False, capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
     except Exception as exc:
         info["nvidia_smi"] = f"unavailable: {exc}"
     for mod in ("cupy", "numba", "torch", "pyopencl"):
@@ -89,10 +113,13 @@ def copy_bandwidth(nbytes: int) -> dict[str, Any]:
     dst = cupy.empty_like(src)
     sync = cupy.cuda.Device().synchronize
     sec = _timed(lambda: cupy.copyto(dst, src), sync, reps=10)
-    del src, dst
-    cupy.get_default_memory_pool().free_all_blocks()
     # A copy reads and writes every byte: 2 x nbytes cross the memory bus.
-    return {"bytes_copied": nbytes, "bytes_moved": 2 * nbytes, "seconds": sec, "bytes_per_s": 2 * nbytes / sec}
+    return {
+        "bytes_copied": nbytes,
+        "bytes_moved": 2 * nbytes,
+        "seconds": sec,
+        "bytes_per_s": 2 * nbytes / sec,
+    }
 
 
 def cartpole_step(name: str, n: int, steps: int, ceiling: float | None) -> dict[str, Any]:
@@ -113,8 +140,6 @@ def cartpole_step(name: str, n: int, steps: int, ceiling: float | None) -> dict[
            "bytes_per_s": n * CARTPOLE_BYTES_PER_STEP / sec, "terminated_fraction_last_step": ends}  # fmt: skip
     if ceiling:
         out["fraction_of_copy_bandwidth"] = out["bytes_per_s"] / ceiling
-    del bufs, actions
-    _free(name)
     return out
 
 
@@ -129,14 +154,91 @@ def gae(name: str, steps: int, n: int, ceiling: float | None) -> dict[str, Any]:
             rng.random((steps, n), dtype=np.float32) < 0.01 for _ in range(2)]  # fmt: skip
     rewards, values, next_values, term, trunc = (be.from_host(a) for a in _GAE_INPUTS[(steps, n)])
     adv, ret = be.zeros((steps, n), np.float32), be.zeros((steps, n), np.float32)
-    sec = _timed(lambda: be.gae(rewards, values, next_values, term, trunc, adv, ret, 0.99, 0.95), be.synchronize, 10)
+    sec = _timed(
+        lambda: be.gae(rewards, values, next_values, term, trunc, adv, ret, 0.99, 0.95), be.synchronize, 10
+    )
     nbytes = GAE_BYTES_PER_ELEMENT * steps * n
-    out = {"backend": name, "T": steps, "N": n, "seconds": sec, "bytes_moved": nbytes, "bytes_per_s": nbytes / sec}
+    out = {
+        "backend": name,
+        "T": steps,
+        "N": n,
+        "seconds": sec,
+        "bytes_moved": nbytes,
+        "bytes_per_s": nbytes / sec,
+    }
     if ceiling:
         out["fraction_of_copy_bandwidth"] = out["bytes_per_s"] / ceiling
-    del rewards, values, next_values, term, trunc, adv, ret
-    _free(name)
     return out
+
+
+def _empty(be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialised device array (a rollout writes every element): no host zeros to upload."""
+    if be.name == "cupy":
+        import cupy
+
+        return cupy.empty(shape, dtype)
+    if be.name == "numba":
+        from numba import cuda
+
+        return cuda.device_array(shape, dtype)
+    if be.name == "opencl":
+        import pyopencl.array as cla
+
+        return cla.empty(be.queue, shape, dtype)
+    return be.zeros(shape, dtype)
+
+
+def _rollout_buffer(env: pk_step.VectorEnv, steps: int, host: bool) -> RolloutBuffer:
+    if host:
+        return env.rollout_buffer(steps, host=True)
+    n, d, be = env.num_envs, env.spec.obs_dim, env.backend
+    act = np.int32 if env.spec.is_discrete else np.float32
+    return RolloutBuffer(_empty(be, (steps, n, d), env.dtype), _empty(be, (steps, n), act),
+                         _empty(be, (steps, n), env.dtype), _empty(be, (steps, n), np.bool_),
+                         _empty(be, (steps, n), np.bool_), _empty(be, (steps, n, d), env.dtype))  # fmt: skip
+
+
+_ROLLOUT_ENVS: dict[tuple[str, str, int, bool], tuple[pk_step.VectorEnv, RolloutBuffer]] = {}
+
+
+def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, Any]:
+    """env.rollout(T, policy, path=...) throughput: the random policy on each data path, and the MLP fused.
+
+    The host path brings obs back every step and runs the NumPy policy there (an off-device simulator's
+    loop); the device path launches the fused kernel one step at a time; fused runs all T in one launch.
+    """
+    be = get_backend(name, _device(name))
+    spec = ENVS[env_id]
+    mlp = path == "fused_mlp"
+    data_path = "fused" if mlp else path
+    key = (name, env_id, n, data_path == "host")
+    if key not in _ROLLOUT_ENVS:  # one env and buffer per (backend, env, N), shared by its paths
+        _ROLLOUT_ENVS.clear()
+        _free()
+        env = pk_step.make(env_id, n, backend=be, seed=0)
+        env.reset()
+        _ROLLOUT_ENVS[key] = (env, _rollout_buffer(env, steps, host=data_path == "host"))
+    env, buf = _ROLLOUT_ENVS[key]
+    policy = MLPPolicy.init(spec, hidden=64, seed=0) if mlp else RandomPolicy()
+    t0 = time.perf_counter()
+    env.rollout(2, policy, path=data_path)  # compile and warm up outside the timed region
+    be.synchronize()
+    warm = time.perf_counter() - t0
+    # The host path is slow (NumPy's policy at N envs per step): one timed run; the others best of 3.
+    rounds = 1 if data_path == "host" else 3
+    sec = _timed(lambda: env.rollout(steps, policy, buf, path=data_path), be.synchronize, reps=1, rounds=rounds,
+                 warmup=False)  # fmt: skip
+    env_steps = n * steps
+    rate = env_steps / sec
+    out = {"backend": name, "device": be.device_name, "env": env_id, "path": data_path,
+           "policy": f"mlp(hidden={policy.hidden})" if mlp else "random", "num_envs": n, "T": steps,
+           "seconds_per_rollout": sec, "env_steps_per_s": rate, "gpu_hours_per_billion_steps": 1e9 / rate / 3600,
+           "compile_and_warmup_s": warm, "terminated_fraction": float(np.mean(_host(be, buf.terminated)))}  # fmt: skip
+    return out
+
+
+def _host(be: Any, a: Any) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else be.to_host(a)
 
 
 def zero_copy() -> dict[str, Any]:
@@ -155,7 +257,9 @@ def zero_copy() -> dict[str, Any]:
         r: dict[str, Any] = {}
         t = torch.as_tensor(obs, device="cuda")
         r["as_tensor_shares"] = t.data_ptr() == ptr
-        r["as_tensor_bool_shares"] = torch.as_tensor(flags, device="cuda").data_ptr() == flags.__cuda_array_interface__["data"][0]
+        r["as_tensor_bool_shares"] = (
+            torch.as_tensor(flags, device="cuda").data_ptr() == flags.__cuda_array_interface__["data"][0]
+        )
         try:
             r["from_dlpack_shares"] = torch.from_dlpack(obs).data_ptr() == ptr
         except Exception as exc:
@@ -166,11 +270,13 @@ def zero_copy() -> dict[str, Any]:
     return out
 
 
-def _free(name: str) -> None:
-    if name == "cupy":
-        import cupy
-
-        cupy.get_default_memory_pool().free_all_blocks()
+def _free() -> None:
+    """Hand CuPy's cached blocks back, so the next measurement has the whole device."""
+    if "cupy" in sys.modules:
+        try:
+            sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
+        except Exception:  # noqa: BLE001, S110 - no GPU: nothing to free
+            pass
 
 
 def main() -> None:
@@ -181,7 +287,22 @@ def main() -> None:
     ap.add_argument("--gae-n-log2", type=int, default=20)
     ap.add_argument("--copy-mib", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--rollout-t", type=int, default=128)
+    ap.add_argument("--rollout-n-log2", type=int, default=20)
+    ap.add_argument(
+        "--rollout-host-n-log2",
+        type=int,
+        default=16,
+        help="the host path runs the NumPy policy every step: a smaller N keeps it to seconds",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=float("inf"),
+        help="skip the sections that would start after this many seconds (results so far are kept)",
+    )
     args = ap.parse_args()
+    _DEADLINE[0] = time.perf_counter() + args.budget_s
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpu_bench.json")
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -196,12 +317,32 @@ def main() -> None:
     ceiling = results["copy_bandwidth"].get("bytes_per_s")
     save()
     for name in BACKENDS:
-        section(results, f"cartpole_step_{name}", lambda: cartpole_step(name, 1 << args.envs_log2, args.steps, ceiling))
+        section(
+            results,
+            f"cartpole_step_{name}",
+            lambda name=name: cartpole_step(name, 1 << args.envs_log2, args.steps, ceiling),
+        )
         save()
     for name in BACKENDS:
-        section(results, f"gae_{name}", lambda: gae(name, args.gae_t, 1 << args.gae_n_log2, ceiling))
+        section(
+            results, f"gae_{name}", lambda name=name: gae(name, args.gae_t, 1 << args.gae_n_log2, ceiling)
+        )
         save()
     section(results, "zero_copy_torch", zero_copy)
+    save()
+    for env_id in ROLLOUT_ENVS:
+        for name in BACKENDS:
+            for data_path in ROLLOUT_PATHS:
+                n_log2 = args.rollout_host_n_log2 if data_path == "host" else args.rollout_n_log2
+                section(
+                    results,
+                    f"rollout_{env_id.split('-')[0].lower()}_{data_path}_{name}",
+                    lambda name=name, env_id=env_id, p=data_path, n=1 << n_log2: rollout(
+                        name, env_id, p, n, args.rollout_t
+                    ),
+                )
+                save()
+    _ROLLOUT_ENVS.clear()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     save()
     print(f"wrote {path}")

@@ -1,6 +1,7 @@
 #!/bin/bash
 # One prepared run on a lent H200 (see /work/shared/device/README.md): parity for cupy, numba and
-# opencl, then copy bandwidth, CartPole step, GAE and zero-copy to torch. Results land in $OUT.
+# opencl, then copy bandwidth, CartPole step, GAE, zero-copy to torch and the rollout data paths
+# (host / device / fused, random and MLP policies, CartPole then Acrobot). Results land in $OUT.
 # Run from the repository root with .device carried:  bash bench/gpu/run_gpu.sh
 # Budgeted to finish in under 8 minutes even when every step hits its timeout.
 set -uo pipefail
@@ -20,9 +21,10 @@ parity() {  # name, timeout seconds, extra env...
 }
 
 parity cupy 80
-parity numba 140   # Numba compiles each kernel on first launch: seconds per kernel
-parity opencl 80 PORTKERN_DEVICE=nvidia
+parity numba 130   # Numba compiles each kernel on first launch: seconds per kernel
+parity opencl 70 PORTKERN_DEVICE=nvidia
 echo "parity done at $((SECONDS - start))s"
 
-timeout 150 python3 bench/gpu/gpu_bench.py --out "$OUT" 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
+# Sections that would start after --budget-s are skipped and recorded as such; the rollouts come last.
+timeout 170 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 150 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
 echo "all done at $((SECONDS - start))s"

@@ -1,0 +1,79 @@
+// In-kernel policies of fused rollouts, as portkern/policy.py: Philox random and a two-layer tanh MLP.
+// float32 throughout, whatever REAL is; callers pass the draw and the obs already cast to float.
+#ifndef PK_POLICY_CUH
+#define PK_POLICY_CUH
+
+// Widest hidden layer, input and output: the activations live in per-thread arrays of this size.
+#define PK_MLP_MAX 64
+#define PK_POLICY_RANDOM 0
+#define PK_POLICY_MLP 1
+
+// uint32 -> [0, 1) from the top 24 bits, as rng.uniform: exact in float.
+__device__ __forceinline__ float pk_uniformf(uint b) { return (float)(b >> 8) * 5.9604644775390625e-08f; }
+
+// One dense layer for one row: y = x @ W + b, W [in, out] row-major. Each dot product starts at 0 and
+// adds x[k] * W[k, j] in index order (policy._dot), then the bias, so it rounds as the reference
+// (--fmad=false keeps the multiply and the add separate).
+template <bool TANH>
+__device__ __forceinline__ void pk_mlp_layer(const float *__restrict__ w, const float *__restrict__ b, const float *x,
+                                             int in, int out, float *y) {
+    for (int j = 0; j < out; ++j) {
+        float acc = 0.0f;
+        for (int k = 0; k < in; ++k) acc = acc + x[k] * __ldg(w + k * out + j);
+        acc = acc + __ldg(b + j);
+        y[j] = TANH ? tanhf(acc) : acc;
+    }
+}
+
+// policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std [1] (MLPPolicy.flat).
+__device__ __forceinline__ void pk_mlp(const float *__restrict__ policy, int hidden, int in, int out, const float *x,
+                                       float *y) {
+    float h1[PK_MLP_MAX], h2[PK_MLP_MAX];
+    const float *w1 = policy;
+    const float *b1 = w1 + in * hidden;
+    const float *w2 = b1 + hidden;
+    const float *b2 = w2 + hidden * hidden;
+    const float *w3 = b2 + hidden;
+    const float *b3 = w3 + hidden * out;
+    pk_mlp_layer<true>(w1, b1, x, in, hidden, h1);
+    pk_mlp_layer<true>(w2, b2, h1, hidden, hidden, h2);
+    pk_mlp_layer<false>(w3, b3, h2, hidden, out, y);
+}
+
+// A discrete action from draw b0: uniform, or an inverse-CDF sample of the MLP's softmax.
+__device__ __forceinline__ int pk_policy_discrete(const float *__restrict__ policy, int kind, int hidden,
+                                                  const float *x, int in, int n_actions, uint b0) {
+    if (kind == PK_POLICY_RANDOM)  // 64-bit product: (b0 >> 8) * n can exceed 32 bits
+        return (int)(((unsigned long long)(b0 >> 8) * (unsigned long long)n_actions) >> 24);
+    float e[PK_MLP_MAX];
+    pk_mlp(policy, hidden, in, n_actions, x, e);
+    float m = e[0];
+    for (int k = 1; k < n_actions; ++k) m = fmaxf(m, e[k]);
+    float total = 0.0f;
+    for (int k = 0; k < n_actions; ++k) {
+        e[k] = expf(e[k] - m);
+        total = total + e[k];
+    }
+    const float threshold = pk_uniformf(b0) * total;
+    float acc = 0.0f;
+    for (int k = 0; k < n_actions - 1; ++k) {
+        acc = acc + e[k];
+        if (threshold < acc) return k;
+    }
+    return n_actions - 1;  // also when rounding leaves the threshold above the last partial sum
+}
+
+// A continuous action from draws b0, b1: high * (2u - 1), or the MLP mean plus Box-Muller noise.
+__device__ __forceinline__ float pk_policy_continuous(const float *__restrict__ policy, int kind, int hidden,
+                                                      const float *x, int in, float high, uint b0, uint b1) {
+    if (kind == PK_POLICY_RANDOM) return high * (pk_uniformf(b0) * 2.0f - 1.0f);
+    float mean;
+    pk_mlp(policy, hidden, in, 1, x, &mean);
+    const float log_std = __ldg(policy + in * hidden + hidden + hidden * hidden + hidden + hidden + 1);
+    const float u1 = 1.0f - pk_uniformf(b0);  // (0, 1]: the log is finite
+    const float u2 = pk_uniformf(b1);
+    const float z = sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+    return mean + expf(log_std) * z;
+}
+
+#endif  // PK_POLICY_CUH
