@@ -77,6 +77,7 @@ def _drive() -> None:
     from portkern.backends import numpy as npb
     from portkern.backends.base import EnvBuffers
     from portkern.backends.opencl import OpenCLBackend
+    from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer
 
     be = OpenCLBackend(os.environ["PORTKERN_DEVICE"])
 
@@ -120,6 +121,21 @@ def _drive() -> None:
                         a = rng.uniform(-1, 1, n).astype(np.float32)
                     be.env_step(spec, bufs, dev(a), p, 3, 2, mode)
             be.local_size = None
+            # Fused rollouts with both policies (hidden 8 keeps the interpreter quick), crossing
+            # episode boundaries (max_steps=2) over two launches of two steps and one of one.
+            for policy in (RandomPolicy(), MLPPolicy.init(spec, hidden=8)):
+                t = 5
+                act_dt = np.int32 if spec.is_discrete else np.float32
+                out = RolloutBuffer(
+                    obs=zeros((t, n, d), dt), actions=zeros((t, n), act_dt), rewards=zeros((t, n), dt),
+                    terminated=zeros((t, n), np.bool_), truncated=zeros((t, n), np.bool_),
+                    final_obs=zeros((t, n, d), dt),
+                )  # fmt: skip
+                flat = policy.flat() if isinstance(policy, MLPPolicy) else np.zeros(1, np.float32)
+                be.env_rollout(spec, bufs, policy, dev(flat), out, p, 3, 2, "same_step", 2)
+                if isinstance(policy, MLPPolicy):
+                    be.mlp_forward(dev(flat), dev(rng.standard_normal((n, d)).astype(np.float32)),
+                                   policy.hidden, policy.w3.shape[1])  # fmt: skip
         t = 4
         r, v, nv = (dev(rng.standard_normal((t, n)).astype(dt)) for _ in range(3))
         te, tr = (dev(rng.random((t, n)) < 0.3) for _ in range(2))

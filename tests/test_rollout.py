@@ -29,17 +29,14 @@ def _rollout(backend, env_id, policy, path, steps=12, autoreset="same_step", spl
     return env, buf
 
 
-def _fused_or_skip(backend, env_id, policy, **kw):
-    try:
-        return _rollout(backend, env_id, policy, "fused", **kw)
-    except NotImplementedError as exc:
-        pytest.skip(str(exc))
+def _fused(backend, env_id, policy, **kw):
+    return _rollout(backend, env_id, policy, "fused", **kw)
 
 
 @pytest.mark.parametrize("autoreset", ["same_step", "next_step"])
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_fused_random_rollout_equals_single_steps(backend, env_id, autoreset):
-    env_f, fused = _fused_or_skip(backend, env_id, RandomPolicy(), autoreset=autoreset)
+    env_f, fused = _fused(backend, env_id, RandomPolicy(), autoreset=autoreset)
     env_h, host = _rollout(backend, env_id, RandomPolicy(), "host", autoreset=autoreset)
     for name in FIELDS:
         np.testing.assert_array_equal(np_(getattr(fused, name)), getattr(host, name), err_msg=name)
@@ -50,7 +47,7 @@ def test_fused_random_rollout_equals_single_steps(backend, env_id, autoreset):
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1"])
 def test_fused_mlp_rollout_equals_single_steps(backend, env_id):
     policy = MLPPolicy.init(envs.get(env_id), seed=4)
-    _, fused = _fused_or_skip(backend, env_id, policy)
+    _, fused = _fused(backend, env_id, policy)
     _, host = _rollout(backend, env_id, policy, "host")
     # The host path runs the policy in NumPy, the fused path in the kernel: tanh/exp may differ
     # by an ulp, so continuous actions agree to float32 rounding, discrete ones exactly.
@@ -65,14 +62,14 @@ def test_fused_mlp_rollout_equals_single_steps(backend, env_id):
 
 @pytest.mark.parametrize("spl", [1, 5, 12])
 def test_steps_per_launch_does_not_change_the_result(backend, spl):
-    _, ref = _fused_or_skip(backend, "CartPole-v1", RandomPolicy(), spl=12)
+    _, ref = _fused(backend, "CartPole-v1", RandomPolicy(), spl=12)
     _, got = _rollout(backend, "CartPole-v1", RandomPolicy(), "fused", spl=spl)
     for name in FIELDS:
         np.testing.assert_array_equal(np_(getattr(got, name)), np_(getattr(ref, name)), err_msg=name)
 
 
 def test_step_continues_seamlessly_after_a_fused_rollout(backend):
-    env_f, _ = _fused_or_skip(backend, "CartPole-v1", RandomPolicy())
+    env_f, _ = _fused(backend, "CartPole-v1", RandomPolicy())
     env_h, _ = _rollout(backend, "CartPole-v1", RandomPolicy(), "host")
     a = np.ones(env_f.num_envs, np.int32)
     for out_f, out_h in zip(env_f.step(a), env_h.step(a)):
@@ -84,11 +81,8 @@ def test_mlp_forward_in_kernel_equals_numpy(backend, env_id, rng):
     spec = envs.get(env_id)
     policy = MLPPolicy.init(spec, seed=1)
     obs = rng.normal(size=(small_n(backend), spec.obs_dim)).astype(np.float32)
-    try:
-        out = backend.mlp_forward(backend.from_host(policy.flat()), backend.from_host(obs), policy.hidden,
-                                  policy.w3.shape[1])  # fmt: skip
-    except NotImplementedError as exc:
-        pytest.skip(str(exc))
+    out = backend.mlp_forward(backend.from_host(policy.flat()), backend.from_host(obs), policy.hidden,
+                              policy.w3.shape[1])  # fmt: skip
     np.testing.assert_allclose(np_(out), policy.forward(obs), rtol=1e-5, atol=1e-5)
 
 

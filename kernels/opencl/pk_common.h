@@ -1,4 +1,4 @@
-/* Helpers shared by every portkern OpenCL kernel: REAL, Philox4x32-10, the reset draw, Python's modulo. */
+/* Helpers shared by every portkern OpenCL kernel: REAL, the vector types, Philox4x32-10, Python's modulo. */
 #ifndef PK_COMMON_H
 #define PK_COMMON_H
 
@@ -12,47 +12,51 @@
 #define REAL float
 #endif
 
-/* Philox4x32-10 (Salmon et al., SC'11), constants from Random123's philox.h; matches portkern/rng.py. */
-inline uint4 pk_philox4x32_10(uint4 c, uint2 k)
-{
-    for (int r = 0; r < 10; ++r) {
-        if (r > 0) {
-            k.x += 0x9E3779B9u;
-            k.y += 0xBB67AE85u;
-        }
-        const uint hi0 = mul_hi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
-        const uint hi1 = mul_hi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
-        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c;
-}
+#include "pk_vec.h"
 
 #define PK_STREAM_RESET 0u
 #define PK_STREAM_POLICY 1u
 
-/* Four draws for env i: key (seed, i), counter (episode, block 0, stream, 0), as rng.draw. */
-inline uint4 pk_draw(uint seed, uint i, uint episode, uint stream)
+/* Philox4x32-10 (Salmon et al., SC'11), constants from Random123's philox.h; matches portkern/rng.py.
+ * On every lane (pk_vec.h): key (seed, env), counter (c0, c1, c2, 0). */
+typedef struct {
+    UV x, y, z, w;
+} pk_bits;
+
+inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
 {
-    return pk_philox4x32_10((uint4)(episode, 0u, stream, 0u), (uint2)(seed, i));
+    UV x = c0, y = c1, z = (UV)(c2), w = (UV)(0u), k1 = env;
+    uint k0 = seed;
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const UV hi0 = mul_hi((UV)(0xD2511F53u), x), lo0 = (UV)(0xD2511F53u) * x;
+        const UV hi1 = mul_hi((UV)(0xCD9E8D57u), z), lo1 = (UV)(0xCD9E8D57u) * z;
+        x = hi1 ^ y ^ (UV)(k0);
+        y = lo1;
+        z = hi0 ^ w ^ k1;
+        w = lo0;
+    }
+    pk_bits b = {x, y, z, w};
+    return b;
 }
 
 /* uint32 -> [-1, 1) from the top 24 bits, as rng.symmetric: every operation is exact in float and double. */
-inline REAL pk_sym(uint b)
+inline RV pk_sym_v(UV b)
 {
-    return (REAL)(b >> 8) * (REAL)(5.9604644775390625e-08) * (REAL)(2.0) - (REAL)(1.0);
+    return PK_CONVERT(RV, b >> 8) * (REAL)(5.9604644775390625e-08) * (REAL)(2.0) - (REAL)(1.0);
 }
 
 /* NumPy's npy_remainder (Python's modulo: the result takes the divisor's sign); fmod itself is exact. */
-inline REAL pk_remainder(REAL a, REAL b)
+inline RV pk_remainder_v(RV a, REAL b)
 {
-    REAL m = fmod(a, b);
-    if (m != (REAL)(0.0)) {
-        if ((b < (REAL)(0.0)) != (m < (REAL)(0.0)))
-            m += b;
-    } else {
-        m = copysign((REAL)(0.0), b);
-    }
-    return m;
+    const RV m = fmod(a, (RV)(b));
+    const MV zero = m == (RV)(0.0);
+    /* a nonzero m whose sign differs from b's moves into b's half-line */
+    const MV opposite = b < (REAL)(0.0) ? (m > (RV)(0.0)) : (m < (RV)(0.0));
+    return select(select(m, m + b, opposite), (RV)(copysign((REAL)(0.0), b)), zero);
 }
 
 #endif

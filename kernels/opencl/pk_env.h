@@ -1,73 +1,194 @@
-/* Reset and in-kernel autoreset shared by every env kernel (kernels/README.md); include after the physics.
+/* Reset, step with in-kernel autoreset, and the fused rollout, shared by every env kernel
+ * (kernels/README.md); include after the physics. Each work-item runs PK_VW envs (pk_vec.h).
  *
- * The including file defines ENV_D (state variables), ENV_OBS (obs width), ACT (action type) and
- *   void env_reset(REAL *s, __global const REAL *p, uint4 bits);
- *   int  env_physics(REAL *s, ACT a, __global const REAL *p, REAL *reward);   returns terminated
- *   void env_observe(const REAL *s, __global REAL *o);
+ * The including file defines ENV_D (state variables), ENV_OBS (obs width), ACT (action element
+ * type), the action space (ENV_ACTIONS for a discrete one, ENV_ACT_HIGH, a float, for a symmetric
+ * Box) and, over the vector types of pk_vec.h (AV = PK_V(ACT)):
+ *   void env_reset(RV *s, __global const REAL *p, pk_bits bits);
+ *   IV   env_physics(RV *s, AV a, __global const REAL *p, RV *reward);   returns the terminated mask
+ *   void env_observe(const RV *s, RV *o);
  */
 #ifndef PK_ENV_H
 #define PK_ENV_H
 
+#include "pk_policy.h"
+
 #define PK_SAME_STEP 0
 #define PK_NEXT_STEP 1
+#define AV PK_V(ACT)
 
-/* Reset env i: a fresh reset restarts the episode counter at 0, otherwise it advances by one. */
-inline void pk_env_reset_one(REAL *s, __global int *steps, __global uint *episodes,
-                             __global uchar *needs_reset, __global REAL *obs,
-                             __global const REAL *params, uint seed, int fresh, int i)
+inline UV pk_env_index(int base)
 {
-    const uint ep = fresh ? 0u : episodes[i] + 1u;
-    episodes[i] = ep;
-    env_reset(s, params, pk_draw(seed, (uint)i, ep, PK_STREAM_RESET));
-    steps[i] = 0;
-    needs_reset[i] = 0;
-    env_observe(s, obs + (size_t)i * ENV_OBS);
+    return (UV)((uint)base) + PK_LANES;
 }
 
-/* One step of env i on its state s (in/out), with the autoreset of either mode. */
-inline void pk_env_step_one(REAL *s, __global int *steps, __global uint *episodes,
-                            __global uchar *needs_reset, ACT action,
-                            __global REAL *obs, __global REAL *final_obs,
-                            __global REAL *reward, __global uchar *terminated,
-                            __global uchar *truncated, __global const REAL *params,
-                            uint seed, int max_steps, int autoreset_mode, int i)
+inline void pk_select_state(RV *s, const RV *other, IV take)
 {
-    __global REAL *o = obs + (size_t)i * ENV_OBS;
-    __global REAL *fo = final_obs + (size_t)i * ENV_OBS;
-    int nsteps = steps[i];
-    uint ep = episodes[i];
-    REAL r = (REAL)(0.0);
-    int term = 0, trunc = 0;
-    if (autoreset_mode == PK_NEXT_STEP && needs_reset[i]) {
-        /* next_step: the env finished on the previous call, so this call only resets it. */
-        ep += 1u;
-        env_reset(s, params, pk_draw(seed, (uint)i, ep, PK_STREAM_RESET));
-        nsteps = 0;
-        needs_reset[i] = 0;
-    } else {
-        term = env_physics(s, action, params, &r);
-        nsteps += 1;
-        /* Both flags may be set at once, as Gymnasium's TimeLimit does. */
-        trunc = nsteps >= max_steps;
-        if (autoreset_mode == PK_SAME_STEP) {
-            env_observe(s, fo);
-            if (term || trunc) {
-                ep += 1u;
-                env_reset(s, params, pk_draw(seed, (uint)i, ep, PK_STREAM_RESET));
-                nsteps = 0;
-            }
-        } else {
-            needs_reset[i] = (uchar)(term || trunc);
-        }
-    }
-    steps[i] = nsteps;
-    episodes[i] = ep;
+    for (int j = 0; j < ENV_D; ++j)
+        s[j] = select(s[j], other[j], PK_RMASK(take));
+}
+
+/* Reset the envs at base: a fresh reset restarts the episode counter at 0, else it advances by one. */
+inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes,
+                             __global uchar *needs_reset, __global REAL *obs,
+                             __global const REAL *params, uint seed, int fresh, int base, int n)
+{
+    const UV ep = fresh ? (UV)(0u) : pk_ld_uint(episodes, base, n) + 1u;
+    pk_st_uint(episodes, base, n, ep);
+    env_reset(s, params, pk_philox_v(ep, (UV)(0u), PK_STREAM_RESET, seed, pk_env_index(base)));
+    pk_st_int(steps, base, n, (IV)(0));
+    pk_st_uchar(needs_reset, base, n, (PK_V(uchar))(0));
+    RV o[ENV_OBS];
     env_observe(s, o);
-    if (autoreset_mode == PK_NEXT_STEP)
-        env_observe(s, fo);
-    reward[i] = r;
-    terminated[i] = (uchar)term;
-    truncated[i] = (uchar)trunc;
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+}
+
+/* One step of the envs at base on state and counters held in registers, with the autoreset of
+ * either mode: the one code path of pk_<env>_step and pk_<env>_rollout. o is the obs each env is at
+ * afterwards, fo the obs the step reached before any autoreset. Every lane runs the physics and
+ * the reset draw is made only when some lane resets; per lane the result is the scalar algorithm's. */
+inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, AV action, RV *o, RV *fo,
+                           RV *reward, IV *term, IV *trunc, __global const REAL *params,
+                           uint seed, int max_steps, int autoreset_mode, int base)
+{
+    const IV waiting = autoreset_mode == PK_NEXT_STEP ? *needs_reset : (IV)(0);
+    RV next[ENV_D];
+    for (int j = 0; j < ENV_D; ++j)
+        next[j] = s[j];
+    RV r;
+    IV te = env_physics(next, action, params, &r);
+    IV ns = *nsteps + 1;
+    /* Both flags may be set at once, as Gymnasium's TimeLimit does. */
+    IV tr = ns >= (IV)(max_steps);
+    IV done = te | tr;
+    if (autoreset_mode == PK_SAME_STEP) {
+        env_observe(next, fo);
+        for (int j = 0; j < ENV_D; ++j)
+            s[j] = next[j];
+        for (int k = 0; k < ENV_OBS; ++k)
+            o[k] = fo[k];
+        if (PK_ANY(done)) {
+            const UV ep1 = *ep + 1u;
+            RV fresh[ENV_D], fresh_obs[ENV_OBS];
+            env_reset(fresh, params,
+                      pk_philox_v(ep1, (UV)(0u), PK_STREAM_RESET, seed, pk_env_index(base)));
+            env_observe(fresh, fresh_obs);
+            pk_select_state(s, fresh, done);
+            for (int k = 0; k < ENV_OBS; ++k)
+                o[k] = select(o[k], fresh_obs[k], PK_RMASK(done));
+            *ep = select(*ep, ep1, done);
+            ns = select(ns, (IV)(0), done);
+        }
+    } else {
+        /* next_step: an env that finished on the previous call only resets on this one. */
+        te = select(te, (IV)(0), waiting);
+        tr = select(tr, (IV)(0), waiting);
+        r = select(r, (RV)(0.0), PK_RMASK(waiting));
+        *needs_reset = select(te | tr, (IV)(0), waiting);
+        for (int j = 0; j < ENV_D; ++j)
+            s[j] = next[j];
+        if (PK_ANY(waiting)) {
+            const UV ep1 = *ep + 1u;
+            RV fresh[ENV_D];
+            env_reset(fresh, params,
+                      pk_philox_v(ep1, (UV)(0u), PK_STREAM_RESET, seed, pk_env_index(base)));
+            pk_select_state(s, fresh, waiting);
+            *ep = select(*ep, ep1, waiting);
+            ns = select(ns, (IV)(0), waiting);
+        }
+        env_observe(s, o);
+        for (int k = 0; k < ENV_OBS; ++k)
+            fo[k] = o[k];
+    }
+    *nsteps = ns;
+    *reward = r;
+    *term = te;
+    *trunc = tr;
+}
+
+inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
+                            __global uchar *needs_reset, AV action, __global REAL *obs,
+                            __global REAL *final_obs, __global REAL *reward,
+                            __global uchar *terminated, __global uchar *truncated,
+                            __global const REAL *params, uint seed, int max_steps,
+                            int autoreset_mode, int base, int n)
+{
+    IV nsteps = pk_ld_int(steps, base, n), te, tr;
+    IV nr = PK_CONVERT(IV, pk_ld_uchar(needs_reset, base, n)) != (IV)(0);
+    UV ep = pk_ld_uint(episodes, base, n);
+    RV o[ENV_OBS], fo[ENV_OBS], r;
+    pk_env_advance(s, &nsteps, &ep, &nr, action, o, fo, &r, &te, &tr, params, seed, max_steps,
+                   autoreset_mode, base);
+    pk_st_int(steps, base, n, nsteps);
+    pk_st_uint(episodes, base, n, ep);
+    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
+    pk_st_real(reward, base, n, r);
+    pk_st_uchar(terminated, base, n, PK_FLAG(te));
+    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+}
+
+/* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
+ * policy stream, 0), as policy.sample_actions. */
+inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
+                     uint seed, int base, UV ep, IV nsteps)
+{
+    const pk_bits b =
+        pk_philox_v(ep, PK_CONVERT(UV, nsteps), PK_STREAM_POLICY, seed, pk_env_index(base));
+    FV x[ENV_OBS];
+    for (int k = 0; k < ENV_OBS; ++k)
+        x[k] = PK_CONVERT(FV, o[k]);
+#ifdef ENV_ACTIONS
+    return pk_policy_discrete(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACTIONS, b);
+#else
+    return pk_policy_continuous(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACT_HIGH, b);
+#endif
+}
+
+/* Steps t0 .. t0 + t_count - 1 of a fused rollout for the envs at base, their state s already in
+ * registers; the counters stay in registers too and everything the env's step buffers hold is
+ * stored at the end, so the next launch, or env.step, continues where this one stopped. The obs
+ * acted on first is the env's obs buffer (not observe(s)), as on the host path: set_state()
+ * leaves that buffer as it was. */
+inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episodes,
+                               __global uchar *needs_reset, __global REAL *obs,
+                               __global REAL *final_obs, __global REAL *reward,
+                               __global uchar *terminated, __global uchar *truncated,
+                               __global const REAL *params, __global const float *policy,
+                               int policy_kind, int hidden, __global REAL *out_obs,
+                               __global ACT *out_actions, __global REAL *out_rewards,
+                               __global uchar *out_terminated, __global uchar *out_truncated,
+                               __global REAL *out_final_obs, uint seed, int max_steps,
+                               int autoreset_mode, int t0, int t_count, int base, int n)
+{
+    if (t_count <= 0)
+        return;
+    IV nsteps = pk_ld_int(steps, base, n), te = (IV)(0), tr = (IV)(0);
+    IV nr = PK_CONVERT(IV, pk_ld_uchar(needs_reset, base, n)) != (IV)(0);
+    UV ep = pk_ld_uint(episodes, base, n);
+    RV o[ENV_OBS], fo[ENV_OBS], r = (RV)(0.0);
+    pk_ld_rows(obs, ENV_OBS, base, n, o);
+    for (int t = t0; t < t0 + t_count; ++t) {
+        const size_t row = (size_t)t * (size_t)n;
+        const AV a = pk_env_act(policy, policy_kind, hidden, o, seed, base, ep, nsteps);
+        pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
+        PK_CAT(pk_st_, ACT)(out_actions + row, base, n, a);
+        pk_env_advance(s, &nsteps, &ep, &nr, a, o, fo, &r, &te, &tr, params, seed, max_steps,
+                       autoreset_mode, base);
+        pk_st_real(out_rewards + row, base, n, r);
+        pk_st_uchar(out_terminated + row, base, n, PK_FLAG(te));
+        pk_st_uchar(out_truncated + row, base, n, PK_FLAG(tr));
+        pk_st_rows(out_final_obs + row * ENV_OBS, ENV_OBS, base, n, fo);
+    }
+    pk_st_int(steps, base, n, nsteps);
+    pk_st_uint(episodes, base, n, ep);
+    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
+    pk_st_real(reward, base, n, r);
+    pk_st_uchar(terminated, base, n, PK_FLAG(te));
+    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
 }
 
 #endif

@@ -28,6 +28,8 @@ _SIMULATORS = ("oclgrind",)
 #: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 _MAX_PARAM_CACHE = 64
+#: PK_MLP_MAX in kernels/opencl/pk_policy.h: widest MLP layer the kernels hold in private arrays.
+_MLP_MAX = 64
 
 
 class KernelBuildError(RuntimeError):
@@ -132,6 +134,10 @@ class OpenCLBackend(Backend):
         self.queue = cl.CommandQueue(self.context)
         #: Work-group size of the element-wise kernels; None lets the driver choose (a tuning knob).
         self.local_size: int | None = None
+        #: Envs per work-item in env, rollout and MLP kernels (PK_VW: 1, 2, 4, 8 or 16); None picks
+        #: the CPU's preferred vector width (CPU drivers do not vectorise sin/cos or the autoreset
+        #: branches across work-items themselves) and 1 on GPUs (a tuning knob).
+        self.env_vector_width: int | None = None
         #: Work-group size of the normalize reduction (PK_WG) and its number of partial groups.
         self.reduce_wg: int = 1 << int(math.log2(min(256, self.device.max_work_group_size)))
         self.reduce_groups: int = 1024
@@ -175,6 +181,21 @@ class OpenCLBackend(Backend):
             return ("-DREAL=double", "-DPK_DOUBLE=1")
         raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
 
+    def _env_options(self, dtype: Any) -> tuple[tuple[str, ...], int]:
+        """Build options of the env, rollout and MLP kernels, and their envs per work-item."""
+        vw = self.env_vector_width
+        if vw is None:
+            d = self.device
+            if d.type & cl.device_type.CPU:
+                f64 = np.dtype(dtype) == np.float64
+                pref = d.preferred_vector_width_double if f64 else d.preferred_vector_width_float
+                vw = 1 << int(math.log2(max(1, min(16, pref))))
+            else:
+                vw = 1
+        if vw not in (1, 2, 4, 8, 16):
+            raise ValueError(f"env_vector_width: expected None, 1, 2, 4, 8 or 16, got {vw!r}")
+        return (*self._real_options(dtype), f"-DPK_VW={vw}"), vw
+
     def _build(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
         """The program for (source, options) on this backend's device, built once."""
         options = ("-cl-std=CL1.2", *options, *self._fp32_options)
@@ -200,16 +221,20 @@ class OpenCLBackend(Backend):
             k = self._kernels[key] = cl.Kernel(prg, kernel)
         return k
 
-    def _launch(self, kernel: Any, n: int, *args: Any) -> None:
-        if n <= 0:
-            return
+    def _ranges(self, n: int) -> tuple[tuple[int], tuple[int] | None]:
+        """Global and local size for ``n`` work-items with the ``local_size`` knob."""
         ls = self.local_size
         if ls is not None and (not isinstance(ls, int) or ls < 1):
             raise ValueError(f"local_size: expected None or a positive int, got {ls!r}")
         if ls is None:
-            kernel(self.queue, (n,), None, *args)
-        else:  # the kernels bounds-check, so the global size rounds up to whole work-groups
-            kernel(self.queue, (-(-n // ls) * ls,), (ls,), *args)
+            return (n,), None
+        return (-(-n // ls) * ls,), (ls,)  # the kernels bounds-check: round up to whole work-groups
+
+    def _launch(self, kernel: Any, n: int, *args: Any) -> None:
+        if n <= 0:
+            return
+        gs, ls = self._ranges(n)
+        kernel(self.queue, gs, ls, *args)
 
     # ---- arrays -------------------------------------------------------------------------------
     def zeros(self, shape, dtype):
@@ -263,9 +288,10 @@ class OpenCLBackend(Backend):
 
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = bufs.steps.shape[0]
-        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_reset", self._real_options(params.dtype))
+        opts, vw = self._env_options(params.dtype)
+        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_reset", opts)
         self._launch(
-            k, n, *self._env_args(bufs), bufs.obs.data, self._params_on_device(params).data,
+            k, -(-n // vw), *self._env_args(bufs), bufs.obs.data, self._params_on_device(params).data,
             np.uint32(seed), np.int32(bool(fresh)), np.int32(n),
         )  # fmt: skip
 
@@ -289,13 +315,72 @@ class OpenCLBackend(Backend):
         mode = AUTORESET_MODES[autoreset]
         act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
         act = self._actions_on_device(actions, n, act_dtype)
-        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_step", self._real_options(params.dtype))
+        opts, vw = self._env_options(params.dtype)
+        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_step", opts)
         self._launch(
-            k, n, *self._env_args(bufs), act.data, bufs.obs.data, bufs.final_obs.data,
+            k, -(-n // vw), *self._env_args(bufs), act.data, bufs.obs.data, bufs.final_obs.data,
             bufs.reward.data, bufs.terminated.data, bufs.truncated.data,
             self._params_on_device(params).data, np.uint32(seed), np.int32(max_steps),
             np.int32(mode), np.int32(n),
         )  # fmt: skip
+
+    def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
+                    max_steps, autoreset, steps_per_launch):  # fmt: skip
+        n = bufs.steps.shape[0]
+        steps = out.steps
+        d = spec.obs_dim
+        dt = params.dtype
+        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
+        expected = {"obs": (dt, (steps, n, d)), "actions": (act_dtype, (steps, n)),
+                    "rewards": (dt, (steps, n)), "terminated": (np.bool_, (steps, n)),
+                    "truncated": (np.bool_, (steps, n)), "final_obs": (dt, (steps, n, d))}  # fmt: skip
+        for name, (dtype, shape) in expected.items():
+            _check_native(f"buffer.{name}", getattr(out, name), dtype, shape)
+        _check_native("policy_params", policy_params, np.float32)
+        hidden = int(getattr(policy, "hidden", 0))
+        if policy.kind == 1 and not 1 <= hidden <= _MLP_MAX:
+            raise ValueError(f"policy: the kernels take hidden sizes in [1, {_MLP_MAX}], got {hidden}")
+        if not 1 <= steps_per_launch <= steps:
+            raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch!r}")
+        opts, vw = self._env_options(dt)
+        k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_rollout", opts)
+        # Arguments are set once; each launch only moves the time window (t0, t_count).
+        args = [*self._env_args(bufs), bufs.obs.data, bufs.final_obs.data, bufs.reward.data,
+                bufs.terminated.data, bufs.truncated.data, self._params_on_device(params).data,
+                policy_params.data, np.int32(policy.kind), np.int32(hidden), out.obs.data,
+                out.actions.data, out.rewards.data, out.terminated.data, out.truncated.data,
+                out.final_obs.data, np.uint32(seed), np.int32(max_steps),
+                np.int32(AUTORESET_MODES[autoreset]), np.int32(0), np.int32(0), np.int32(n)]  # fmt: skip
+        k.set_args(*args)
+        i_t0 = len(args) - 3
+        gs, ls = self._ranges(-(-n // vw))
+        for t0 in range(0, steps, steps_per_launch):
+            k.set_arg(i_t0, np.int32(t0))
+            k.set_arg(i_t0 + 1, np.int32(min(steps_per_launch, steps - t0)))
+            cl.enqueue_nd_range_kernel(self.queue, k, gs, ls)
+
+    def mlp_forward(self, policy_params, obs, hidden, out_dim):
+        _check_native("policy_params", policy_params, np.float32)
+        _check_native("obs", obs)
+        if obs.ndim != 2:
+            raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {obs.shape}")
+        n, d = obs.shape
+        for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
+            if not 1 <= v <= _MLP_MAX:
+                raise ValueError(f"{name}: the kernel takes values in [1, {_MLP_MAX}], got {v}")
+        size = d * hidden + hidden + hidden * hidden + hidden + hidden * out_dim + out_dim + 1
+        if policy_params.shape != (size,):
+            raise ValueError(
+                f"policy_params: expected {size} floats for this shape, got {policy_params.shape}"
+            )
+        out = cla.empty(self.queue, (n, out_dim), np.float32)
+        opts, vw = self._env_options(obs.dtype)
+        k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
+        self._launch(
+            k, -(-n // vw), policy_params.data, np.int32(hidden), np.int32(d), np.int32(out_dim),
+            obs.data, out.data, np.int32(n),
+        )  # fmt: skip
+        return out
 
     # ---- rollout buffer ops ------------------------------------------------------------------
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
