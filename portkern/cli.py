@@ -28,6 +28,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     records = backends(refresh=True)
     console = _console()
     if console is not None:
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title="portkern backends")
@@ -39,7 +40,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
             status = "[green]available[/]" if r.available else "[red]unavailable[/]"
             if r.available and r.simulator:
                 status = "[yellow]simulator only[/]"
-            table.add_row(r.name, status, "\n".join(r.devices) or "-", r.reason or "")
+            # escape: reasons hold pip extras such as 'portkern[cuda]', which rich would read as markup
+            table.add_row(r.name, status, escape("\n".join(r.devices) or "-"), escape(r.reason or ""))
         console.print(table)
     else:
         for r in records:

@@ -45,3 +45,15 @@ def test_cost_reproduces_the_readme_hand_calculation(capsys):
     assert cli.main(args) == 0
     text = capsys.readouterr().out
     assert "= 3 x 1000 x 10 - 2 x (1000 / 0.8) x 10 - 200 x 150" in text
+
+
+def test_devices_prints_pip_extras_verbatim(capsys, monkeypatch):
+    from portkern.backends import registry
+    from portkern.backends.base import Probe
+
+    # rich would read "[cuda]" as markup and drop it: the reason must be escaped.
+    monkeypatch.setenv("COLUMNS", "250")  # no wrapping inside the reason
+    monkeypatch.setattr(registry, "probe", lambda name, refresh=False: Probe(
+        name == "numpy", "" if name == "numpy" else "cupy is not installed: pip install 'portkern[cuda]'"))
+    assert cli.main(["devices"]) == 0
+    assert "portkern[cuda]" in capsys.readouterr().out
