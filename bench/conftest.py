@@ -25,11 +25,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="time every legal knob configuration (largest size only) instead of the default one")
     g.addoption("--pk-machine", default="", help="label of this machine in reports (default: hostname)")
     g.addoption("--pk-no-simulators", action="store_true", help="leave simulator devices out entirely")  # fmt: skip
+    g.addoption("--pk-rollout-steps", type=int, default=None,
+                help=f"T of the rollout cases (default {suite.ROLLOUT_T}; {suite.QUICK_ROLLOUT_T} with --pk-sizes=quick)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CASES] = []
     config.stash[_DEVICES] = {}
+    config.addinivalue_line("markers", "pk_kernels(*names): the kernels a benchmark function measures, one "
+                                       "case each (the function reads case.kernel)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,14 @@ class Case:
     target: suite.Target
     size: int
     config: dict[str, Any] | None  # None: whatever the backend instance has (its defaults)
+    kernel: str = ""  # set for functions marked pk_kernels
+    steps: int = suite.ROLLOUT_T  # a rollout's T
 
     @property
     def id(self) -> str:
         cfg = "" if self.config is None else f"-{suite.config_id(self.config)}"
-        return f"{self.target.id}-n{self.size}{cfg}"
+        name = self.kernel.removeprefix("rollout:").replace(":", "-") + "-" if self.kernel else ""
+        return f"{name}{self.target.id}-n{self.size}{cfg}"
 
 
 def _machine(config: pytest.Config) -> str:
@@ -79,12 +86,26 @@ def _sizes(config: pytest.Config, t: suite.Target, kernel: str) -> tuple[int, ..
     return sizes[-1:] if config.getoption("--pk-tune") else sizes
 
 
+def _rollout_steps(config: pytest.Config, t: suite.Target) -> int:
+    steps = config.getoption("--pk-rollout-steps")
+    if steps is None:
+        steps = suite.QUICK_ROLLOUT_T if config.getoption("--pk-sizes") == "quick" else suite.ROLLOUT_T
+    if steps < 1:
+        raise pytest.UsageError(f"--pk-rollout-steps: expected an int >= 1, got {steps}")
+    return min(steps, suite.SIM_ROLLOUT_T) if t.simulator else steps  # simulators: parity only
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    kernel = metafunc.function.__name__.removeprefix("test_")
-    kernel = {"env_step": "step:CartPole-v1", "copy_bandwidth": "copy"}.get(kernel, kernel)  # knob family only
+    marker = metafunc.definition.get_closest_marker("pk_kernels")
+    if marker is not None:
+        kernels, named = list(marker.args), True
+    else:
+        kernel = metafunc.function.__name__.removeprefix("test_")
+        # knob and size family only: the function picks its kernel (e.g. per env)
+        kernels, named = [{"env_step": "step:CartPole-v1", "copy_bandwidth": "copy"}.get(kernel, kernel)], False
     only = {s for s in config.getoption("--pk-backend").split(",") if s} or None
     params = []
     for t in suite.targets(only, config.getoption("--pk-device") or None):
@@ -92,15 +113,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             # Kept as a skipped case so the run records why this backend was not measured here.
             params.append(pytest.param(Case(t, 0, None), id=t.id, marks=pytest.mark.skip(reason=t.reason)))
             continue
-        if t.simulator and (config.getoption("--pk-no-simulators") or kernel == "copy"):
+        if t.simulator and (config.getoption("--pk-no-simulators") or kernels == ["copy"]):
             continue
-        configs: list[dict[str, Any] | None] = [None]
-        if config.getoption("--pk-tune") and not t.simulator:
-            configs = suite.all_configs(kernel, suite.open_backend(t)) or [None]
-        for size in _sizes(config, t, kernel):
-            for cfg in configs:
-                case = Case(t, size, cfg)
-                params.append(pytest.param(case, id=case.id))
+        steps = _rollout_steps(config, t)
+        # Sizes outside kernels: the paths of one (env, policy, N) run one after another, so the
+        # host path's buffer, their parity reference, is made once.
+        for size in sorted({s for k in kernels for s in _sizes(config, t, k)}):
+            for kernel in kernels:
+                if size not in _sizes(config, t, kernel):
+                    continue
+                configs: list[dict[str, Any] | None] = [None]
+                if config.getoption("--pk-tune") and not t.simulator:
+                    configs = suite.all_configs(kernel, suite.open_backend(t), steps) or [None]
+                for cfg in configs:
+                    case = Case(t, size, cfg, kernel if named else "", steps)
+                    params.append(pytest.param(case, id=case.id))
     metafunc.parametrize("case", params)
 
 
@@ -113,6 +140,7 @@ def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Calla
         t = case.target
         rec: dict[str, Any] = {"case_id": request.node.nodeid, "kernel": kernel, "backend": t.backend,
                                "device": t.device, "size": case.size, "simulator": t.simulator}  # fmt: skip
+        steps = case.steps
         config.stash[_CASES].append(rec)
         try:
             b = suite.open_backend(t)
@@ -121,11 +149,11 @@ def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Calla
             pytest.skip(str(exc))
         info = _device(config, t)
         rec.update({k: info[k] for k in ("device_key", "device_label", "kind", "vendor", "machine")})
-        default = suite.current_config(kernel, b)
+        default = suite.current_config(kernel, b, steps=steps)
         with suite.applied(b, case.config):
-            rec["config"] = suite.current_config(kernel, b)
+            rec["config"] = suite.current_config(kernel, b, case.config, steps)
             try:
-                prep = suite.prepare(b, kernel, case.size)
+                prep = suite.prepare(b, kernel, case.size, case.config, steps)
                 parity = prep.check()
             except NotImplementedError as exc:
                 parity = suite.Parity("unsupported", None, f"NotImplementedError: {exc}")
@@ -139,7 +167,7 @@ def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Calla
                 pytest.fail(f"{kernel} on {t.backend}/{t.device}: {parity.reason}")
             if t.simulator:
                 pytest.skip("simulator device: functional-only, not timed")
-            rec.update(items=prep.items, bytes=prep.bytes, unit=prep.unit, shape=list(prep.shape))
+            rec.update(items=prep.items, bytes=prep.bytes, unit=prep.unit, shape=list(prep.shape), **prep.info)
             benchmark.group = kernel
             benchmark.extra_info.update(rec)
 
@@ -151,8 +179,7 @@ def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Calla
             benchmark(launch)
         stats = getattr(benchmark.stats, "stats", None)
         if stats is not None:
-            rates = {"items_per_s": prep.items / stats.min, "bytes_per_s": prep.bytes / stats.min,
-                     "rate_basis": "min"}  # fmt: skip
+            rates = prep.rates(stats.min)
             benchmark.extra_info.update(rates)
             rec.update(rates, min_s=stats.min, median_s=stats.median)
         if parity.status == "fail":

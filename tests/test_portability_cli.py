@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from portkern.backends import probe
+from portkern.portability.suite import ROLLOUT_KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -40,6 +41,14 @@ def test_bench_writes_results_and_report(tmp_path: Path, backend: str, device: s
     assert {(c["backend"], c["status"]) for c in cases if c["kernel"] != "copy"} == {(backend, "pass")}
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["functional"][f"{backend}@test-machine/cpu"]["share"] == 1.0
+    # the three data paths of every env ran (T = 32 with --quick), with their rate and device-hours
+    assert {c["kernel"] for c in cases if c["kernel"].startswith("rollout:")} == set(ROLLOUT_KERNELS)
+    extra = next(b["extra_info"] for b in json.loads((tmp_path / "results.json").read_text())["benchmarks"]
+                 if b["extra_info"]["kernel"] == "rollout:Acrobot-v1:fused")  # fmt: skip
+    assert (extra["path"], extra["policy"], extra["T"], extra["N"], extra["steps_per_launch"]) == ("fused", "random", 32,
+                                                                                                   256, 32)
+    assert extra["device_hours_per_1e9_steps"] == pytest.approx(1e9 / extra["env_steps_per_s"] / 3600)
+    assert len(rep["data_paths"]["rows"]) == len(ROLLOUT_KERNELS) // 3 and (tmp_path / "data-paths.png").exists()
 
 
 def test_report_merges_two_machines_and_cost_reads_it(tmp_path: Path) -> None:
@@ -51,6 +60,12 @@ def test_report_merges_two_machines_and_cost_reads_it(tmp_path: Path) -> None:
                      "--retune-hours", "40", "--hourly-rate", "100")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "= 2 x 100 x 10 - 1.5 x (100 / 0.97) x 10 - 40 x 100" in done.stdout
+
+
+def test_report_of_a_run_with_rollouts_prints_the_data_paths(tmp_path: Path) -> None:
+    done = _portkern("report", str(DATA / "run-ci-vm-paths-tiny.json"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "Data paths: host round-trip, device per-step, fused" in done.stdout and (tmp_path / "data-paths.png").exists()
 
 
 def test_report_rejects_a_truncated_file_naming_it(tmp_path: Path) -> None:

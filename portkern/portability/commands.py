@@ -18,6 +18,7 @@ from . import cost, report
 #: pytest-benchmark timing per case: --quick keeps the whole suite under 3 minutes on 2 CPU cores.
 QUICK_TIMING = ["--benchmark-max-time=0.05", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]
 FULL_TIMING = ["--benchmark-max-time=0.5", "--benchmark-min-rounds=5"]
+QUICK_ROLLOUT_STEPS = 32  # T of the rollout cases with --quick (suite.QUICK_ROLLOUT_T; not imported: it loads backends)
 
 
 def bench_dir() -> Path:
@@ -36,15 +37,18 @@ def _console(stderr: bool = False):
 
 
 def _print_tables(tables: dict[str, tuple[list[str], list[list[str]]]]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console = _console()
+    if not console.is_terminal:  # a log file or pipe: rich's default 80 columns would squash the wide tables
+        console.width = max(console.width, 200)
     for title, (header, rows) in tables.items():
         t = Table(title=title, title_justify="left")
         for h in header:
             t.add_column(h)
         for r in rows:
-            t.add_row(*[c.replace("**", "") for c in r])
+            t.add_row(*[escape(c.replace("**", "")) for c in r])
         console.print(t)
 
 
@@ -82,6 +86,9 @@ def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[in
         argv.append(f"--pk-machine={args.machine}")
     if tune:
         argv.append("--pk-tune")
+    steps = args.rollout_steps or (QUICK_ROLLOUT_STEPS if args.quick else None)
+    if steps:
+        argv.append(f"--pk-rollout-steps={steps}")
     captured = io.StringIO()
     with Progress(TextColumn("{task.description:60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_console(stderr=True), transient=False) as progress:  # fmt: skip
@@ -173,6 +180,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="only devices whose name contains this substring")
     p.add_argument("--quick", action="store_true", help="small sizes and short timing (< 3 min on 2 CPU cores)")
     p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items")
+    p.add_argument("--rollout-steps", type=int, default=None, metavar="T",
+                   help="steps per rollout of the data-path cases (default 128; 32 with --quick)")
     p.add_argument("--machine", default=None, help="label of this machine in reports (default: hostname)")
     p.add_argument("--out", default="out/bench", help="output folder (default: out/bench)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")

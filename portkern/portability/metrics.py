@@ -68,6 +68,13 @@ def throughput_penalty(ratio: float) -> float:
     return 1.0 - ratio
 
 
+def device_hours_per_billion_steps(steps_per_s: float | None) -> float | None:
+    """Hours of the device (GPU-hours on a GPU) that 1e9 env steps take at ``steps_per_s``: 1e9 / rate / 3600."""
+    if not steps_per_s or steps_per_s <= 0:
+        return None
+    return 1e9 / steps_per_s / 3600.0
+
+
 def retune_penalty(t_source_config_on_target: float | None, t_best_on_target: float) -> float:
     """1 - T(config tuned on source, run on target) / T(best config on target), T a throughput.
 

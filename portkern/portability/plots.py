@@ -1,7 +1,8 @@
-"""Report plots: Sewall et al.'s cascade plot of efficiency across devices, and a bar chart of ratios."""
+"""Report plots: Sewall et al.'s cascade plot of efficiency across devices, a bar chart of ratios, and the data paths."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,60 @@ def ratios(rep: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+PATH_COLOURS = {"host": "#c44e52", "device": "#dd8452", "fused": "#4c72b0"}
+
+
+def data_paths(rep: dict[str, Any], path: Path) -> None:
+    """Env-steps/s of the host, device and fused paths (log scale): one panel per env and policy,
+    one group of three bars per backend@device."""
+    plt = _plt()
+    rows = rep["data_paths"]["rows"]
+    panels = list(dict.fromkeys((r["env"], r["policy"]) for r in rows))
+    cols = min(3, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.6 * nrows), squeeze=False)
+    paths = list(PATH_COLOURS)
+    for ax, (env, policy) in zip(axes.flat, panels):
+        group = [r for r in rows if (r["env"], r["policy"]) == (env, policy)]
+        width = 0.8 / len(paths)
+        for j, p in enumerate(paths):
+            xs = [i + (j - 1) * width for i in range(len(group))]
+            vals = [r["paths"][p]["steps_per_s"] or 0.0 for r in group]
+            ax.bar(xs, vals, width, color=PATH_COLOURS[p], label=p)
+            for x, r in zip(xs, group):
+                if not r["paths"][p]["steps_per_s"]:  # failed or not run: say so instead of a missing bar
+                    ax.annotate(r["paths"][p]["status"], (x, 1), xycoords=("data", "axes fraction"), xytext=(0, -2),
+                                textcoords="offset points", rotation=90, ha="center", va="top", fontsize=6)
+        ax.set_yscale("log")
+        measured = [v["steps_per_s"] for r in group for v in r["paths"].values() if v["steps_per_s"]]
+        if measured:  # bars start a decade below the slowest path, so every bar shows
+            ax.set_ylim(bottom=10 ** (math.floor(math.log10(min(measured))) - 1), top=max(measured) * 3)
+        for i, r in enumerate(group):
+            if r["fused_vs_host"]:
+                ax.annotate(f"{r['fused_vs_host']:.3g}x", (i + width, r["paths"]["fused"]["steps_per_s"]),
+                            xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
+        ax.set_xticks(range(len(group)))
+        ax.set_xticklabels([f"{r['backend']}\n{r['device'][:24]}" for r in group], fontsize=7)
+        sizes = {(r["N"], r["T"]) for r in group}
+        n, t = next(iter(sizes))
+        ax.set_title(f"{env}, {policy} policy" + (f" (N={n}, T={t})" if len(sizes) == 1 and n else ""), fontsize=9)
+        ax.set_ylabel("env-steps/s (fused/host above)")
+        ax.grid(axis="y", which="major", lw=0.4, alpha=0.5)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, title="data path", title_fontsize=7)
+    fig.suptitle("Rollout data paths: host round-trip, device per-step, fused (log scale)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_all(rep: dict[str, Any], out: Path) -> list[Path]:
     paths = [out / "ratios.png"]
     ratios(rep, paths[0])
+    if rep.get("data_paths", {}).get("rows"):
+        paths.append(out / "data-paths.png")
+        data_paths(rep, paths[-1])
     for mix in rep["workloads"]:
         paths.append(out / f"cascade-{mix}.png")
         cascade(rep, mix, paths[-1])

@@ -1,4 +1,4 @@
-"""The merged portability report: functional matrix, efficiencies, ratios, PP, workload and re-tune penalties."""
+"""The merged portability report: functional matrix, efficiencies, ratios, PP, data paths, workload and re-tune penalties."""
 
 from __future__ import annotations
 
@@ -14,8 +14,15 @@ from . import metrics
 from .runs import Record, Run, load_run, merge
 
 REPORT_SCHEMA = "portkern-report/1"
-KERNEL_ORDER = ("step:CartPole-v1", "step:Pendulum-v1", "step:MountainCar-v0", "step:MountainCarContinuous-v0",
-                "step:Acrobot-v1", "gae", "discounted_returns", "normalize", "gather")  # fmt: skip
+ENV_ORDER = ("CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Acrobot-v1")
+BASE_KERNELS = tuple(f"step:{e}" for e in ENV_ORDER) + ("gae", "discounted_returns", "normalize", "gather")
+#: Rollout data paths (suite.PATHS; not imported: it needs the backends) and policies.
+PATHS = ("host", "device", "fused")
+POLICIES = ("random", "mlp")
+#: One kernel per data path in the efficiency tables: rollout:<env>:<path>[:mlp].
+ROLLOUT_KERNELS = tuple(f"rollout:{e}:{p}{'' if pol == 'random' else ':' + pol}"
+                        for pol in POLICIES for e in ENV_ORDER for p in PATHS)  # fmt: skip
+KERNEL_ORDER = BASE_KERNELS + ROLLOUT_KERNELS
 BACKEND_ORDER = ("cupy", "numba", "opencl", "numpy")
 #: The native backend of a vendor's devices, in order of preference (both compile CUDA for NVIDIA).
 NATIVE = {"NVIDIA": ("cupy", "numba")}
@@ -31,8 +38,10 @@ DEFINITIONS = {
     "throughput": "T = items per launch / best (minimum) time over pytest-benchmark rounds; items are env steps, "
                   "buffer elements or gathered rows. Only compared between backends on the same device "
                   "(device = machine + device), never across devices.",
-    "functional portability": "share of the 9 kernels that build, run and pass parity against the NumPy reference "
-                              "on that device; fail, unsupported and not run count 0.",
+    "functional portability": "share of the kernels in these runs that build, run and pass parity against the "
+                              "NumPy reference on that device (the 9 step and buffer kernels, and rollout:<env> "
+                              "once per env: it passes only when every data path and policy of that env passes); "
+                              "fail, unsupported and not run count 0.",
     "application efficiency": "e(k,b,d) = T(k,b,d) / max over backends T(k,.,d), at the largest size every passing "
                               "backend on d measured; 0 when k fails or does not run.",
     "performant portability ratio": "T(k,b,d) / T(k,baseline,d); baseline = the native backend (CUDA via CuPy, "
@@ -49,12 +58,56 @@ DEFINITIONS = {
     "re-tune penalty": "1 - T(config tuned on source, run on target) / T(best config found on target), T the "
                        "throughput at the target's tuning size; in [0, 1) when the source's config runs on the "
                        "target, 1 (marked) when it cannot.",
+    "data paths": "one rollout of T steps of N envs with a policy choosing actions (VectorEnv.rollout), three ways: "
+                  "host = the obs come back to the host every step, the policy runs there (NumPy) and the "
+                  "actions go down; device = the env state stays on the device, one kernel launch per step "
+                  "with the policy in the kernel; fused = the policy inside the env kernel, up to "
+                  "steps_per_launch steps per launch (default all T). Parity: the host path against the NumPy "
+                  "reference; the device and fused paths against the host path's buffer on the same device, "
+                  "every field bit for bit with the random policy. The table compares the paths at the largest N "
+                  "all three passed, each at its best configuration in a tune run (report.json has them). In the "
+                  "efficiency and PP tables each "
+                  "rollout:<env>:<path>[:mlp] is its own kernel (backends compared path for path, never one "
+                  "path against another); in the functional matrix the paths of one env count as one kernel "
+                  "rollout:<env>; rollouts are in no default workload mix (their env stepping would count twice "
+                  "next to the step phase).",
+    "env-steps/s": "N x T / the best (minimum) time of one rollout, which ends with a device synchronise.",
+    "device-hours per 1e9 steps": "1e9 / env-steps/s / 3600: GPU-hours per billion env steps on a GPU; on a CPU "
+                                  "device, hours of the whole processor (every core the backend uses).",
+    "path factor": "env-steps/s of the fused (or device) path / the host path's, same backend, device, env, "
+                   "policy and N; the stack spread is the fastest (backend, path) / the slowest on one device.",
 }  # fmt: skip
 
 
 def _kernels(records: list[Record]) -> list[str]:
     seen = {r.kernel for r in records if r.kernel != "copy"}
-    return [k for k in KERNEL_ORDER if k in seen] + sorted(seen - set(KERNEL_ORDER)) or list(KERNEL_ORDER)
+    return [k for k in KERNEL_ORDER if k in seen] + sorted(seen - set(KERNEL_ORDER)) or list(BASE_KERNELS)
+
+
+def rollout_parts(kernel: str) -> tuple[str, str, str] | None:
+    """(env, path, policy) of ``rollout:<env>:<path>[:mlp]``; None for any other kernel."""
+    parts = kernel.split(":")
+    if parts[0] != "rollout" or len(parts) not in (3, 4) or parts[2] not in PATHS:
+        return None
+    return parts[1], parts[2], parts[3] if len(parts) == 4 else "random"
+
+
+def functional_kernel(kernel: str) -> str:
+    """The functional matrix's kernel: ``rollout:<env>`` for every path and policy of an env's rollouts."""
+    rp = rollout_parts(kernel)
+    return f"rollout:{rp[0]}" if rp else kernel
+
+
+def _status(rs: list[Record]) -> tuple[str, float | None, str]:
+    """(status, worst error, reason) of the records of one cell: fail over pass over unsupported."""
+    rs = [r for r in rs if r.status != "invalid-config"]
+    status = max((r.status for r in rs), key=lambda s: {"fail": 3, "pass": 2, "unsupported": 1}[s], default="not run")
+    bad = [r for r in rs if r.status == status]
+    err = max((r.max_error for r in bad if r.max_error is not None), default=None)
+    reason = "not in these runs"
+    if bad:
+        reason = f"{bad[0].kernel}: {bad[0].reason}" if rollout_parts(bad[0].kernel) and status != "pass" else bad[0].reason
+    return status, err, reason
 
 
 def _order(backends: set[str]) -> list[str]:
@@ -80,7 +133,8 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
             raise ValueError(f"--mix {name!r}: expected {{kernel: share}}, got {phases!r}")
         unknown = set(phases) - set(KERNEL_ORDER)
         if unknown:
-            raise ValueError(f"--mix {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(KERNEL_ORDER)}")
+            raise ValueError(f"--mix {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(BASE_KERNELS)} "
+                             f"and rollout:<env>:<host|device|fused>[:mlp]")  # fmt: skip
         if any(not (isinstance(w, (int, float)) and w >= 0) for w in phases.values()) or sum(phases.values()) <= 0:
             raise ValueError(f"--mix {name!r}: shares must be numbers >= 0 with a positive sum, got {phases}")
     return mixes
@@ -109,20 +163,20 @@ def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> d
     mixes = dict(DEFAULT_MIXES if mixes is None else mixes)
     recs = run.records
     kernels = _kernels(recs)
+    fkernels = list(dict.fromkeys(functional_kernel(k) for k in kernels))
     real = {k: d for k, d in run.devices.items() if d["kind"] != "simulator"}
+    by_cell: dict[tuple[str, str, str], list[Record]] = defaultdict(list)
+    for r in recs:
+        by_cell[(r.backend, r.device_key, r.kernel)].append(r)
     # --- functional matrix: every backend that ran on every device (simulators included, marked)
     columns = [(b, d) for d in run.devices for b in _order(set(run.available.get(d, [])))]
     functional: dict[str, Any] = {}
     for b, d in columns:
         cells = {}
-        for k in kernels:
-            rs = [r for r in recs if r.backend == b and r.device_key == d and r.kernel == k
-                  and r.status != "invalid-config"]  # fmt: skip
-            status = max((r.status for r in rs), key=lambda s: {"fail": 3, "pass": 2, "unsupported": 1}[s],
-                         default="not run")  # fmt: skip
-            bad = [r for r in rs if r.status == status]
-            err = max((r.max_error for r in bad if r.max_error is not None), default=None)
-            cells[k] = {"status": status, "max_error": err, "reason": bad[0].reason if bad else "not in these runs"}
+        for fk in fkernels:
+            rs = [r for k in kernels if functional_kernel(k) == fk for r in by_cell[(b, d, k)]]
+            status, err, reason = _status(rs)
+            cells[fk] = {"status": status, "max_error": err, "reason": reason}
         share = metrics.functional_share([c["status"] for c in cells.values()])
         functional[f"{b}@{d}"] = {"backend": b, "device": d, "simulator": run.devices[d]["kind"] == "simulator",
                                   "kernels": cells, "share": share}  # fmt: skip
@@ -144,7 +198,7 @@ def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> d
             base_name = next((b for b in natives if t.get(b)), None) or (max(t, key=t.get) if t else None)
             base = t.get(base_name, 0.0) if base_name else 0.0
             for b in run.available.get(d, []):
-                status = functional[f"{b}@{d}"]["kernels"][k]["status"]
+                status = _status(by_cell[(b, d, k)])[0]
                 tb = t.get(b) if status == "pass" else None
                 arch, arch_raw = (metrics.architectural_efficiency(bw.get(b), ceiling) if ceiling and tb
                                   else (None, None))  # fmt: skip
@@ -179,11 +233,66 @@ def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> d
         workloads[m] = {"shares": dict(shares), "devices": per_dev, "pp": pp_w}
     return {
         "schema": REPORT_SCHEMA, "sources": run.path.split(", "), "machines": run.machine,
-        "definitions": DEFINITIONS, "kernels": kernels, "devices": devices_out,
+        "definitions": DEFINITIONS, "kernels": kernels, "functional_kernels": fkernels, "devices": devices_out,
         "simulators": {d: i for d, i in run.devices.items() if i["kind"] == "simulator"},
         "unavailable": run.unavailable, "functional": functional, "efficiency": rows,
         "pp": pp, "pp_arch": pp_arch, "workloads": workloads, "retune": retune(recs, real),
+        "data_paths": data_paths(recs, real, run.available),
     }  # fmt: skip
+
+
+def data_paths(recs: list[Record], devices: Mapping[str, Any], available: Mapping[str, list[str]]) -> dict[str, Any]:
+    """Per device, backend, env and policy: env-steps/s and device-hours per 1e9 steps of each data path,
+    at the largest N all three paths passed, the fused/host and device/host factors, and per device the
+    spread between the fastest and slowest (backend, path) stack."""
+    groups: dict[tuple[str, str, str, str], dict[str, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    for r in recs:
+        rp = rollout_parts(r.kernel)
+        if rp and r.device_key in devices:
+            env, path, policy = rp
+            groups[(r.device_key, r.backend, env, policy)][path].append(r)
+
+    def order(key: tuple[str, str, str, str]) -> tuple[Any, ...]:
+        d, b, env, policy = key
+        rank = {x: i for i, x in enumerate(_order(set(available.get(d, [])) | {b}))}
+        return (list(devices).index(d), rank[b], ENV_ORDER.index(env) if env in ENV_ORDER else len(ENV_ORDER), env,
+                POLICIES.index(policy) if policy in POLICIES else len(POLICIES), policy)  # fmt: skip
+
+    rows = []
+    for key in sorted(groups, key=order):
+        d, b, env, policy = key
+        per = groups[key]
+        ok = {p: {r.size for r in per[p] if r.status == "pass" and r.items_per_s} for p in PATHS}
+        common = set.intersection(*ok.values())
+        size = max(common) if common else None
+        paths: dict[str, Any] = {}
+        for p in PATHS:
+            status = _status(per[p])[0]
+            at = [r for r in per[p] if r.status == "pass" and r.items_per_s and r.size == size]
+            best = max(at, key=lambda r: r.items_per_s or 0.0, default=None)
+            sps = best.items_per_s if best else None
+            paths[p] = {"status": status, "steps_per_s": sps,
+                        "device_hours_per_1e9_steps": metrics.device_hours_per_billion_steps(sps),
+                        "config": best.config if best else None}  # fmt: skip
+        t = next((r.items // r.size for p in PATHS for r in per[p] if r.size == size and r.items), None)
+        host = paths["host"]["steps_per_s"]
+        vs_host = {p: paths[p]["steps_per_s"] / host if host and paths[p]["steps_per_s"] else None for p in PATHS}
+        rows.append({"device": d, "backend": b, "env": env, "policy": policy, "N": size, "T": t, "paths": paths,
+                     "fused_vs_host": vs_host["fused"], "device_vs_host": vs_host["device"]})  # fmt: skip
+    spread = []
+    stacks: dict[tuple[str, str, str, int], list[tuple[float, str, str]]] = defaultdict(list)
+    for row in rows:
+        for p, v in row["paths"].items():
+            if v["steps_per_s"]:
+                stacks[(row["device"], row["env"], row["policy"], row["N"])].append((v["steps_per_s"], row["backend"], p))
+    for (d, env, policy, n), st in stacks.items():
+        if len(st) < 2:
+            continue
+        (hi, hb, hp), (lo, lb, lp) = max(st), min(st)
+        spread.append({"device": d, "env": env, "policy": policy, "N": n, "factor": hi / lo,
+                       "fastest": {"backend": hb, "path": hp, "steps_per_s": hi},
+                       "slowest": {"backend": lb, "path": lp, "steps_per_s": lo}})  # fmt: skip
+    return {"rows": rows, "spread": spread}
 
 
 def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -251,8 +360,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """The tables a person reads first (also printed by the CLI): functional matrix, ratios, PP."""
     cols = list(rep["functional"])
+    fkernels = rep.get("functional_kernels", rep["kernels"])
     func = (["kernel"] + [c + (" (sim)" if rep["functional"][c]["simulator"] else "") for c in cols],
-            [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in rep["kernels"]]
+            [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in fkernels]
             + [["**share**"] + [_fmt(rep["functional"][c]["share"], True) for c in cols]])  # fmt: skip
     ratio_rows = [[r["kernel"], r["backend"], r["device"], r["status"], str(r["size"] or "–"),
                    _fmt(r["items_per_s"]), _fmt(r["app_eff"], True), _fmt(r["ratio"], True),
@@ -265,8 +375,31 @@ def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]
     pp = (["PP over " + ", ".join(rep["devices"]) or "PP"] + backends,
           [[k] + [_fmt(rep["pp"][b][k], True) for b in backends] for k in rep["kernels"]]
           + [[f"workload: {m}"] + [_fmt(w["pp"].get(b), True) for b in backends] for m, w in rep["workloads"].items()])
-    return {"Functional portability": func, "Application efficiency and performant portability ratio": ratios,
-            "Pennycook PP (application efficiency)": pp}  # fmt: skip
+    tables = {"Functional portability": func, "Application efficiency and performant portability ratio": ratios,
+              "Pennycook PP (application efficiency)": pp}  # fmt: skip
+    if rep.get("data_paths", {}).get("rows"):
+        tables[DATA_PATHS_TITLE] = data_paths_table(rep)
+    return tables
+
+
+DATA_PATHS_TITLE = "Data paths: host round-trip, device per-step, fused"
+
+
+def _x(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3g}x"
+
+
+def data_paths_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = (["device", "backend", "env", "policy", "N x T"] + [f"{p} steps/s" for p in PATHS]
+              + [f"{p} device-h / 1e9 steps" for p in PATHS] + ["fused / host", "device / host"])  # fmt: skip
+    rows = []
+    for r in rep["data_paths"]["rows"]:
+        rows.append([r["device"], r["backend"], r["env"], r["policy"], f"{r['N'] or '–'} x {r['T'] or '–'}"]
+                    + [_fmt(v["steps_per_s"]) if v["status"] == "pass" else _cell({**v, "max_error": None})
+                       for v in (r["paths"][p] for p in PATHS)]
+                    + [_fmt(r["paths"][p]["device_hours_per_1e9_steps"]) for p in PATHS]
+                    + [_x(r["fused_vs_host"]), _x(r["device_vs_host"])])  # fmt: skip
+    return header, rows
 
 
 def markdown(rep: dict[str, Any]) -> str:
@@ -282,7 +415,25 @@ def markdown(rep: dict[str, Any]) -> str:
         out += ["", "Backends not available in these runs (not measured; on a device in the set they make PP 0):", ""]
         out += [f"* {u['backend']} on {u['machine']}: {u['reason']}" for u in rep["unavailable"]]
     for title, (header, rows) in headline(rep).items():
+        if title == DATA_PATHS_TITLE:
+            continue
         out += ["", f"## {title}", ""] + _table(header, rows)
+    out += ["", "## Data paths", ""]
+    dp = rep.get("data_paths", {})
+    if dp.get("rows"):
+        out += [("Env-steps/s of one T-step rollout with the state coming back to the host every step (host), "
+                 "resident on the device with one launch per step (device), and with the policy fused into the "
+                 "env kernel (fused); device-hours per 1e9 env steps are GPU-hours on a GPU. Plot: "
+                 "data-paths.png."), ""]
+        out += _table(*data_paths_table(rep))
+        if dp.get("spread"):
+            out += ["", "Stack spread on one device (fastest backend and path / slowest):", ""]
+            out += [f"* {s['device']}, {s['env']} ({s['policy']} policy, N = {s['N']}): {s['fastest']['backend']} "
+                    f"{s['fastest']['path']} {_fmt(s['fastest']['steps_per_s'])} steps/s vs {s['slowest']['backend']} "
+                    f"{s['slowest']['path']} {_fmt(s['slowest']['steps_per_s'])} steps/s: **{_x(s['factor'])}**"
+                    for s in dp["spread"]]  # fmt: skip
+    else:
+        out += ["No rollout cases in these runs (bench/test_rollout_paths.py; `portkern bench` runs them)."]
     out += ["", "## Workload throughput penalty", ""]
     for m, w in rep["workloads"].items():
         out += ["", f"**{m}**: " + ", ".join(f"{k} {100 * s:.0f}%" for k, s in w["shares"].items()), ""]

@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -17,10 +18,24 @@ import numpy as np
 from .. import __version__
 from ..backends import Backend, backends, get_backend, probe
 from ..envs import ENVS
+from ..policy import MLPPolicy, Policy, RandomPolicy, RolloutBuffer
 from ..step import make
+from .metrics import device_hours_per_billion_steps
 
 SCHEMA = "portkern-bench/1"
 KERNELS: tuple[str, ...] = tuple(f"step:{e}" for e in ENVS) + ("gae", "discounted_returns", "normalize", "gather")
+#: The three data paths of a rollout (VectorEnv.rollout): host round-trip, one launch per step, fused.
+PATHS = ("host", "device", "fused")
+#: Envs with an ``:mlp`` variant of their rollout cases (the random policy runs for every env): the
+#: host path runs the MLP in NumPy, about 1 us per env step, so CartPole alone carries the policy's cost.
+MLP_ENVS = ("CartPole-v1",)
+#: Rollout cases ``rollout:<env>:<path>[:mlp]``: T steps of N envs with a policy choosing actions.
+ROLLOUT_KERNELS: tuple[str, ...] = tuple(
+    f"rollout:{e}:{p}{m}" for m in ("", ":mlp") for e in ENVS for p in PATHS if not m or e in MLP_ENVS
+)
+ROLLOUT_T, QUICK_ROLLOUT_T, SIM_ROLLOUT_T = 128, 32, 8  # steps per rollout: full, quick, simulator devices
+MLP_HIDDEN = 64
+MLP_FLIP_SHARE = 1e-3  # most envs whose sampled MLP action may flip within float rounding (see _compare_paths)
 SEED = 0
 PARITY_STEPS = 3  # from a seeded reset: far from every termination threshold, so flags are exact
 BUFFER_T = 128  # rollout length of the [T, N] buffer cases; their size is T*N elements
@@ -39,19 +54,59 @@ KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "gather": {"local_size": (None, 64, 128, 256), "block_size": (128, 256, 512)},
     # The reduction's work-group must be a power of two (PK_WG); the apply pass uses local_size.
     "normalize": {"reduce_wg": (64, 128, 256), "local_size": (None, 128), "block_size": (128, 256, 512)},
+    # Host round-trip and per-step rollouts: envs per work-item and block size. The work-group size
+    # is left to the driver here (the step family searches it); the product would be 5x larger.
+    "rollout": {"env_vector_width": (None, 1, 4, 8, 16), "block_size": (128, 256, 512)},
+    # Fused rollouts, plus steps per launch: an argument of the rollout (CASE_KNOBS), not a backend
+    # attribute; values above the rollout's T are left out and T itself (one launch) is always in.
+    "fused": {"steps_per_launch": (1, 8, 32, 128), "env_vector_width": (None, 1, 4, 8, 16),
+              "block_size": (128, 256, 512)},
 }
+KNOBS["step"]["env_vector_width"] = (None, 1, 4, 8, 16)  # OpenCL PK_VW (a build option); None: the driver's width
+#: Knobs that are arguments of a case rather than attributes of the backend instance.
+CASE_KNOBS = ("steps_per_launch",)
 
 #: Sizes (items) per kernel family and mode; "full" is replaced by a ladder scaled to the device.
-QUICK_SIZES = {"step": (1024, 16384), "buffer": (8192, 65536), "copy": (32 << 20,)}
-SIM_SIZES = {"step": (64,), "buffer": (1024,)}
+#: Rollout sizes are env counts N (a case runs N x T env steps); the MLP's host path is slow, so smaller.
+QUICK_SIZES = {"step": (1024, 16384), "buffer": (8192, 65536), "copy": (32 << 20,), "rollout": (2048,),
+               "rollout-mlp": (512,)}  # fmt: skip
+SIM_SIZES = {"step": (64,), "buffer": (1024,), "rollout": (64,), "rollout-mlp": (16,)}  # an interpreter: tiny
+
+
+@dataclass(frozen=True)
+class RolloutKernel:
+    env: str
+    path: str
+    policy: str  # "random" | "mlp"
+
+
+def rollout_kernel(kernel: str) -> RolloutKernel | None:
+    """``rollout:<env>:<path>[:mlp]`` split into its parts; None for any other kernel."""
+    parts = kernel.split(":")
+    if parts[0] != "rollout":
+        return None
+    if len(parts) not in (3, 4) or parts[1] not in ENVS or parts[2] not in PATHS or parts[3:] not in ([], ["mlp"]):
+        raise ValueError(f"kernel: expected rollout:<env>:<path>[:mlp], got {kernel!r}; valid: {', '.join(ROLLOUT_KERNELS)}")
+    return RolloutKernel(parts[1], parts[2], "mlp" if len(parts) == 4 else "random")
 
 
 def family(kernel: str) -> str:
-    return "step" if kernel.startswith("step:") else kernel
+    """The KNOBS family of a kernel."""
+    if kernel.startswith("step:"):
+        return "step"
+    rk = rollout_kernel(kernel)
+    if rk is not None:
+        return "fused" if rk.path == "fused" else "rollout"
+    return kernel
 
 
 def size_family(kernel: str) -> str:
-    return "step" if kernel.startswith("step:") else "copy" if kernel == "copy" else "buffer"
+    if kernel.startswith("step:"):
+        return "step"
+    rk = rollout_kernel(kernel)
+    if rk is not None:
+        return "rollout-mlp" if rk.policy == "mlp" else "rollout"
+    return "copy" if kernel == "copy" else "buffer"
 
 
 # ---- targets and devices ----------------------------------------------------------------------
@@ -152,17 +207,29 @@ def device_info(b: Backend, t: Target, machine: str) -> dict[str, Any]:
 
 
 # ---- knobs ------------------------------------------------------------------------------------
-def knobs(kernel: str, b: Backend) -> dict[str, tuple[Any, ...]]:
-    """The knobs this backend instance has for ``kernel`` (declared in KNOBS, present as attributes)."""
-    return {k: v for k, v in KNOBS.get(family(kernel), {}).items() if hasattr(b, k)}
+def knobs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> dict[str, tuple[Any, ...]]:
+    """The knobs this backend instance has for ``kernel`` (declared in KNOBS, present as attributes).
+
+    ``steps`` is a rollout's T: ``steps_per_launch`` takes the declared values up to T, and T.
+    """
+    out = {}
+    for k, values in KNOBS.get(family(kernel), {}).items():
+        if k == "steps_per_launch":
+            out[k] = tuple(sorted({v for v in values if v <= steps} | {steps}))
+        elif hasattr(b, k):
+            out[k] = values
+    return out
 
 
-def current_config(kernel: str, b: Backend) -> dict[str, Any]:
-    return {k: getattr(b, k) for k in knobs(kernel, b)}
+def current_config(kernel: str, b: Backend, config: dict[str, Any] | None = None,
+                   steps: int = ROLLOUT_T) -> dict[str, Any]:  # fmt: skip
+    """Knob values a case runs with: the backend's attributes, and case knobs from ``config`` (default: T)."""
+    config = config or {}
+    return {k: config.get(k, steps) if k in CASE_KNOBS else getattr(b, k) for k in knobs(kernel, b, steps)}
 
 
-def all_configs(kernel: str, b: Backend) -> list[dict[str, Any]]:
-    space = knobs(kernel, b)
+def all_configs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> list[dict[str, Any]]:
+    space = knobs(kernel, b, steps)
     return [dict(zip(space, values)) for values in itertools.product(*space.values())]
 
 
@@ -175,7 +242,7 @@ def config_id(config: dict[str, Any] | None) -> str:
 @contextmanager
 def applied(b: Backend, config: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     """Set knobs on the (shared, cached) backend instance for one case, and restore them after."""
-    config = config or {}
+    config = {k: v for k, v in (config or {}).items() if k not in CASE_KNOBS}
     saved = {k: getattr(b, k) for k in config}
     try:
         for k, v in config.items():
@@ -202,6 +269,16 @@ class Prepared:
     bytes: int  # compulsory traffic per launch: each array read or written once
     unit: str
     shape: tuple[int, ...] = field(default=())
+    info: dict[str, Any] = field(default_factory=dict)  # case facts for extra_info (a rollout's path, T, N...)
+
+    def rates(self, seconds: float) -> dict[str, Any]:
+        """Throughputs of one launch that took ``seconds``; rollouts add env-steps/s and device-hours per 1e9 steps."""
+        out: dict[str, Any] = {"items_per_s": self.items / seconds, "bytes_per_s": self.bytes / seconds,
+                               "rate_basis": "min"}  # fmt: skip
+        if self.info.get("path"):
+            out["env_steps_per_s"] = out["items_per_s"]
+            out["device_hours_per_1e9_steps"] = device_hours_per_billion_steps(out["items_per_s"])
+        return out
 
 
 def _compare(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> Parity:
@@ -315,10 +392,125 @@ def _prepare_buffer(b: Backend, kernel: str, size: int) -> Prepared:
     return Prepared(run, check, items, nbytes, "rows" if kernel == "gather" else "elements", shape)
 
 
-def prepare(b: Backend, kernel: str, size: int) -> Prepared:
-    """Inputs made and uploaded beforehand; ``run`` is one launch of the kernel under test."""
+# ---- rollouts: the three data paths ------------------------------------------------------------
+FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
+_HOST_REFS: OrderedDict[tuple[Any, ...], dict[str, np.ndarray]] = OrderedDict()
+_HOST_REFS_KEPT = 4  # device and fused cases of one (env, policy, N) share the host path's buffer
+
+
+def _policy(name: str, env_id: str) -> Policy:
+    return MLPPolicy.init(ENVS[env_id], hidden=MLP_HIDDEN, seed=SEED) if name == "mlp" else RandomPolicy()
+
+
+def _host_copy(b: Backend, buf: RolloutBuffer) -> dict[str, np.ndarray]:
+    return {f: np.array(a) if isinstance(a := getattr(buf, f), np.ndarray) else b.to_host(a) for f in FIELDS}
+
+
+def _seeded_rollout(b: Backend | str, rk: RolloutKernel, n: int, steps: int, path: str,
+                    spl: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    env = make(rk.env, n, backend=b, seed=SEED)
+    env.reset()
+    buf = env.rollout(steps, _policy(rk.policy, rk.env), path=path, steps_per_launch=spl)
+    return _host_copy(env.backend, buf)
+
+
+def _host_reference(b: Backend, rk: RolloutKernel, n: int, steps: int) -> dict[str, np.ndarray]:
+    """The host path's buffer on ``b`` from a seeded reset, kept for the other paths of the same case."""
+    key = (b.name, b.device_name, rk.env, rk.policy, n, steps, config_id(current_config(f"step:{rk.env}", b)))
+    if key not in _HOST_REFS:
+        _HOST_REFS[key] = _seeded_rollout(b, rk, n, steps, "host")
+        while len(_HOST_REFS) > _HOST_REFS_KEPT:
+            _HOST_REFS.popitem(last=False)
+    _HOST_REFS.move_to_end(key)
+    return _HOST_REFS[key]
+
+
+def _compare_paths(got: dict[str, np.ndarray], want: dict[str, np.ndarray], discrete: bool, exact: bool) -> Parity:
+    """A rollout buffer against the host path's on the same device.
+
+    ``exact`` (random policy): every field bit for bit. Otherwise (MLP: the host path runs the policy in
+    NumPy, the kernel in-device, so tanh/exp may differ by an ulp): floats to RTOL/ATOL, flags exactly,
+    and a discrete action that flips where the sampling threshold falls within rounding of a softmax
+    boundary ends the comparison of that env (its trajectory legitimately diverges from there); at most
+    MLP_FLIP_SHARE of the envs may flip.
+    """
+    if exact:
+        problems = [f"{f}: {int(np.count_nonzero(got[f] != want[f]))} of {want[f].size} values differ"
+                    for f in FIELDS if got[f].shape != want[f].shape or not np.array_equal(got[f], want[f])]  # fmt: skip
+        worst = max((float(np.nanmax(np.abs(got[f].astype(np.float64) - want[f].astype(np.float64))))
+                     for f in FIELDS if got[f].shape == want[f].shape and got[f].size), default=0.0)  # fmt: skip
+        return Parity("fail", worst, "; ".join(problems)) if problems else Parity("pass", worst)
+    steps, n = want["rewards"].shape
+    if discrete:
+        flipped = got["actions"] != want["actions"]  # [T, N]
+        first = np.where(flipped.any(axis=0), flipped.argmax(axis=0), steps)  # first flipped step per env
+    else:
+        first = np.full(n, steps)
+    t = np.arange(steps)[:, None]
+    before, upto = t < first, t <= first  # the obs acted on at the flip must still agree
+    parts = []
+    for f in FIELDS:
+        mask = upto if f == "obs" else before
+        parts.append((f, got[f][mask], want[f][mask]))
+    parity = _compare(parts)
+    share = float(np.mean(first < steps))
+    if share > MLP_FLIP_SHARE:
+        reason = f"discrete actions flip in {share:.2%} of the envs (more than rounding explains)"
+        return Parity("fail", parity.max_error, "; ".join(x for x in (parity.reason, reason) if x))
+    if share and parity.status == "pass":
+        parity.reason = f"{int(np.sum(first < steps))} of {n} envs flip an action within rounding, compared up to it"
+    return parity
+
+
+
+def _rollout_bytes(env_id: str) -> int:
+    """Compulsory bytes per env step: the buffer written once (obs, final obs, action, reward, two flags)."""
+    spec = ENVS[env_id]
+    return 2 * 4 * spec.obs_dim + 4 + 4 + 2
+
+
+def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[str, Any] | None) -> Prepared:
+    rk = rollout_kernel(kernel)
+    assert rk is not None
+    spl = (config or {}).get("steps_per_launch") if rk.path == "fused" else None
+    spl = {"fused": steps if spl is None else int(spl), "device": 1, "host": None}[rk.path]
+    if spl is not None and not 1 <= spl <= steps:
+        raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {spl}")
+    env = make(rk.env, n, backend=b, seed=SEED)
+    policy = _policy(rk.policy, rk.env)
+    buf = env.rollout_buffer(steps, host=rk.path == "host")  # preallocated: the timing is the rollout only
+    env.reset()
+
+    def run() -> None:  # continues from wherever the previous rollout left the envs (autoreset)
+        env.rollout(steps, policy, buf, path=rk.path, steps_per_launch=spl)
+
+    def check() -> Parity:
+        if rk.path == "host":
+            # The host loop against the NumPy reference from a seeded reset, for as long as float
+            # rounding cannot move a trajectory across a threshold (the step kernels' parity rule).
+            short = min(PARITY_STEPS, steps)
+            got, want = (_seeded_rollout(x, rk, n, short, "host") for x in (b, "numpy"))
+            return _compare([(f, got[f], want[f]) for f in FIELDS])
+        env.reset(seed=SEED)
+        run()
+        got = _host_copy(b, buf)
+        return _compare_paths(got, _host_reference(b, rk, n, steps), ENVS[rk.env].is_discrete,
+                              exact=rk.policy == "random")  # fmt: skip
+
+    info = {"env": rk.env, "path": rk.path, "policy": rk.policy, "T": steps, "N": n, "steps_per_launch": spl}
+    return Prepared(run, check, n * steps, n * steps * _rollout_bytes(rk.env), "env steps", (steps, n), info)
+
+
+def prepare(b: Backend, kernel: str, size: int, config: dict[str, Any] | None = None,
+            steps: int = ROLLOUT_T) -> Prepared:  # fmt: skip
+    """Inputs made and uploaded beforehand; ``run`` is one launch of the kernel under test.
+
+    ``config``'s case knobs (``steps_per_launch``) and ``steps`` (a rollout's T) concern rollouts only.
+    """
     if kernel.startswith("step:"):
         return _prepare_step(b, kernel.split(":", 1)[1], size)
+    if kernel.startswith("rollout:"):
+        return _prepare_rollout(b, kernel, size, steps, config)
     if kernel == "copy":
         return prepare_copy(b, size)
     return _prepare_buffer(b, kernel, size)
@@ -372,7 +564,12 @@ def full_sizes(bandwidth: float) -> dict[str, tuple[int, ...]]:
     step = min(max(_pow2_floor(budget / 82), 1 << 16), 1 << 24)
     buf = min(max(_pow2_floor(budget / 22), 1 << 18), 1 << 27)
     copy = min(max(_pow2_floor(bandwidth * 2e-3 / 2), 64 << 20), 1 << 30)
-    return {"step": (step >> 8, step >> 4, step), "buffer": (buf >> 8, buf >> 4, buf), "copy": (copy,)}
+    # Rollouts run T = 128 steps per case and keep a [T, N] buffer, twice for the host path (device
+    # and host): N is capped so the host path's round trips stay within seconds per rollout.
+    roll = min(max(step >> 4, 1 << 12), 1 << 16)
+    mlp = min(roll, 1 << 12)  # the host path's NumPy MLP: about 1 us per env step on one core
+    return {"step": (step >> 8, step >> 4, step), "buffer": (buf >> 8, buf >> 4, buf), "copy": (copy,),
+            "rollout": (roll >> 4, roll), "rollout-mlp": (mlp >> 4, mlp)}  # fmt: skip
 
 
 def run_info() -> dict[str, Any]:
