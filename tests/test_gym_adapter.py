@@ -226,3 +226,18 @@ def test_gymnasium_make_vec_module_prefix_imports_the_adapter() -> None:
 def test_make_vec_rejects_a_different_episode_limit() -> None:
     with pytest.raises(ValueError, match="truncates at 500 steps"):
         gymnasium.make_vec("portkern/CartPole-v1", num_envs=N, max_episode_steps=100)
+
+
+def test_make_vec_by_namespace_after_importing_portkern_only():
+    import subprocess
+    import sys
+
+    code = (
+        "import portkern, gymnasium\n"
+        "env = gymnasium.make_vec('portkern/CartPole-v1', num_envs=3)\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "assert obs.shape == (3, 4), obs.shape\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
