@@ -13,6 +13,13 @@ from .envs.base import EnvSpec
 __all__ = ["MLPPolicy", "Policy", "RandomPolicy", "sample_actions"]
 
 TWO_PI_F32 = np.float32(2.0 * np.pi)
+#: Widest MLP layer (input, hidden and output) the kernels hold in private arrays: PK_MLP_MAX.
+MAX_WIDTH = 64
+
+
+def flat_size(obs_dim: int, hidden: int, out_dim: int) -> int:
+    """Floats in :meth:`MLPPolicy.flat` for these sizes: w1 b1 w2 b2 w3 b3 log_std."""
+    return obs_dim * hidden + hidden + hidden * hidden + hidden + hidden * out_dim + out_dim + 1
 
 
 class Policy:
@@ -80,15 +87,16 @@ class MLPPolicy(Policy):
     @classmethod
     def from_flat(cls, flat: np.ndarray, obs_dim: int, hidden: int, out_dim: int) -> MLPPolicy:
         """Inverse of :meth:`flat`."""
+        size = flat_size(obs_dim, hidden, out_dim)
+        if len(flat) != size:
+            raise ValueError(f"policy parameters: expected {size} floats for this shape, got {len(flat)}")
         sizes = [("w1", (obs_dim, hidden)), ("b1", (hidden,)), ("w2", (hidden, hidden)), ("b2", (hidden,)),
                  ("w3", (hidden, out_dim)), ("b3", (out_dim,)), ("log_std", (1,))]  # fmt: skip
         parts, at = {}, 0
         for name, shape in sizes:
-            size = int(np.prod(shape))
-            parts[name] = np.asarray(flat[at : at + size], np.float32).reshape(shape)
-            at += size
-        if at != len(flat):
-            raise ValueError(f"policy parameters: expected {at} floats for this shape, got {len(flat)}")
+            n = int(np.prod(shape))
+            parts[name] = np.asarray(flat[at : at + n], np.float32).reshape(shape)
+            at += n
         return cls(**parts)
 
     @property

@@ -146,6 +146,54 @@ class Backend(abc.ABC):
         """
         raise NotImplementedError(f"the {self.name} backend has no fused rollout kernel yet")
 
+    # ---- argument checks shared by the kernel backends (before any launch) ---------------------
+    def _check_array(self, a: Any, what: str, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
+        """Raise unless ``a`` is a C-contiguous native array (of ``dtype`` and ``shape`` when given)."""
+        raise NotImplementedError(f"the {self.name} backend does not check native arrays")
+
+    def _check_rollout(
+        self, spec: EnvSpec, bufs: EnvBuffers, policy: Any, policy_params: Any, out: Any,
+        params: np.ndarray, steps_per_launch: int,
+    ) -> int:  # fmt: skip
+        """Check an ``env_rollout`` call; returns the MLP's hidden size (0 for the random policy)."""
+        from ..policy import MAX_WIDTH
+
+        n, steps, d, dt = bufs.steps.shape[0], out.steps, spec.obs_dim, params.dtype
+        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
+        expected = {"obs": (dt, (steps, n, d)), "actions": (act_dtype, (steps, n)),
+                    "rewards": (dt, (steps, n)), "terminated": (np.bool_, (steps, n)),
+                    "truncated": (np.bool_, (steps, n)), "final_obs": (dt, (steps, n, d))}  # fmt: skip
+        for name, (dtype, shape) in expected.items():
+            self._check_array(getattr(out, name), f"buffer.{name}", dtype, shape)
+        self._check_array(policy_params, "policy_params", np.float32)
+        hidden = int(getattr(policy, "hidden", 0))
+        if policy.kind == 1 and not 1 <= hidden <= MAX_WIDTH:
+            raise ValueError(f"policy: hidden size must be in [1, {MAX_WIDTH}] for the kernel, got {hidden}")
+        if not 1 <= steps_per_launch <= steps:
+            raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch!r}")
+        return hidden
+
+    def _check_mlp(self, policy_params: Any, obs: Any, hidden: int, out_dim: int) -> tuple[int, int]:
+        """Check an ``mlp_forward`` call; returns (N, obs_dim)."""
+        from ..policy import MAX_WIDTH, flat_size
+
+        self._check_array(policy_params, "policy_params", np.float32)
+        self._check_array(obs, "obs")
+        if len(obs.shape) != 2:
+            raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {tuple(obs.shape)}")
+        if np.dtype(obs.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"obs: expected float32 or float64, got {obs.dtype}")
+        n, d = (int(x) for x in obs.shape)
+        for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
+            if not 1 <= v <= MAX_WIDTH:
+                raise ValueError(f"{name}: expected an int in [1, {MAX_WIDTH}] for the kernel, got {v}")
+        size = flat_size(d, hidden, out_dim)
+        if tuple(policy_params.shape) != (size,):
+            raise ValueError(
+                f"policy_params: expected {size} floats for this shape, got {tuple(policy_params.shape)}"
+            )
+        return n, d
+
     def mlp_forward(self, policy_params: Any, obs: Any, hidden: int, out_dim: int) -> Any:
         """The MLP policy's forward pass on the device (``pk_mlp_forward``): [N, out_dim] float32."""
         raise NotImplementedError(f"the {self.name} backend has no MLP forward kernel yet")

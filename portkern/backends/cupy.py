@@ -35,7 +35,6 @@ _DTYPE_OPTIONS = {
 _COPY_UNITS = {8: np.dtype(np.float64), 4: np.dtype(np.float32), 1: np.dtype(np.uint8)}
 _COPY_OPTIONS = {**_DTYPE_OPTIONS, np.dtype(np.uint8): ("-DREAL=uchar",)}
 _MAX_PARTIALS = 1024  # normalize's per-block partials; the scratch is allocated once at this size
-_MLP_MAX = 64  # PK_MLP_MAX in pk_policy.cuh: widest hidden layer, input and output of the in-kernel MLP
 
 #: (device id, source hash, options) -> loaded module, shared by every instance.
 _MODULES: dict[tuple[int, str, tuple[str, ...]], Any] = {}
@@ -222,6 +221,12 @@ class CupyBackend(Backend):
             return inst
         return get_backend(cls.name, f"cuda:{a.device.id}")
 
+    def _check_array(self, a, what, dtype=None, shape=None):
+        if dtype is None:
+            _check(a, what)
+        else:
+            _check_as(a, what, dtype, shape)
+
     # ---- environments ------------------------------------------------------------------------
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         fn = self._kernel(f"{spec.kernel}.cu", f"pk_{spec.kernel}_reset", params.dtype)
@@ -251,21 +256,8 @@ class CupyBackend(Backend):
 
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
-        n = bufs.steps.shape[0]
-        steps = out.steps
-        d = spec.obs_dim
-        dt = params.dtype
-        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
-        for name, dtype, shape in (("obs", dt, (steps, n, d)), ("actions", act_dtype, (steps, n)),
-                                   ("rewards", dt, (steps, n)), ("terminated", np.bool_, (steps, n)),
-                                   ("truncated", np.bool_, (steps, n)), ("final_obs", dt, (steps, n, d))):  # fmt: skip
-            _check_as(getattr(out, name), f"buffer.{name}", dtype, shape)
-        _check_as(policy_params, "policy_params", np.float32)
-        hidden = int(getattr(policy, "hidden", 0))
-        if policy.kind == 1 and not 1 <= hidden <= _MLP_MAX:
-            raise ValueError(f"policy: hidden size must be in [1, {_MLP_MAX}] for the kernel, got {hidden}")
-        if not 1 <= steps_per_launch <= steps:
-            raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch}")
+        hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
+        n, steps, dt = bufs.steps.shape[0], out.steps, params.dtype
         fn = self._kernel(f"{spec.kernel}.cu", f"pk_{spec.kernel}_rollout", dt)
         head = (*bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs, bufs.reward,
                 bufs.terminated, bufs.truncated, self._device_params(params), policy_params,
@@ -278,21 +270,7 @@ class CupyBackend(Backend):
             self._launch(fn, n, (*head, np.int32(t0), np.int32(count), np.int32(n)))
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
-        _check_as(policy_params, "policy_params", np.float32)
-        _check(obs, "obs")
-        if obs.ndim != 2:
-            raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {obs.shape}")
-        if obs.dtype not in _DTYPE_OPTIONS:
-            raise TypeError(f"obs: expected float32 or float64, got {obs.dtype}")
-        n, d = obs.shape
-        for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
-            if not 1 <= v <= _MLP_MAX:
-                raise ValueError(f"{name}: expected an int in [1, {_MLP_MAX}] for the kernel, got {v}")
-        size = d * hidden + hidden + hidden * hidden + hidden + hidden * out_dim + out_dim + 1
-        if policy_params.shape != (size,):
-            raise ValueError(
-                f"policy_params: expected {size} floats for this shape, got {policy_params.shape}"
-            )
+        n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         with self._device:
             out = cupy.empty((n, out_dim), np.float32)
         fn = self._kernel("mlp.cu", "pk_mlp_forward", obs.dtype)

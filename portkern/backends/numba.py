@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import envs as _envs
 from ..envs.base import EnvSpec
+from ..policy import MAX_WIDTH
 from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
 from .registry import register
 
@@ -27,7 +28,6 @@ else:
     _IMPORT_ERROR = ""
 
 _MAX_PARTIALS = 1024  # normalize's per-block partials; the scratch is allocated once at this size
-_MLP_MAX = 64  # widest hidden layer, input and output of the in-kernel MLP (PK_MLP_MAX in the C kernels)
 _OBS_MAX = 8  # widest observation of any env: the rollout keeps the current obs in a local array this wide
 
 
@@ -348,8 +348,8 @@ def _build(dtype: np.dtype, wg: int) -> types.SimpleNamespace:
     @djit
     def mlp(policy, hidden, n_in, n_out, x, y):
         # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
-        h1 = cuda.local.array(_MLP_MAX, np.float32)
-        h2 = cuda.local.array(_MLP_MAX, np.float32)
+        h1 = cuda.local.array(MAX_WIDTH, np.float32)
+        h2 = cuda.local.array(MAX_WIDTH, np.float32)
         b1 = n_in * hidden
         w2 = b1 + hidden
         b2 = w2 + hidden * hidden
@@ -369,8 +369,8 @@ def _build(dtype: np.dtype, wg: int) -> types.SimpleNamespace:
                                         np.uint64(seed), np.uint64(i))  # fmt: skip
                 if kind == 0:
                     return np.int32(((c0 >> _S8) * np.uint64(n_actions)) >> _S24)
-                x = cuda.local.array(_MLP_MAX, np.float32)
-                e = cuda.local.array(_MLP_MAX, np.float32)
+                x = cuda.local.array(MAX_WIDTH, np.float32)
+                e = cuda.local.array(MAX_WIDTH, np.float32)
                 for k in range(obs_dim):
                     x[k] = F(o[0, k])
                 mlp(policy, hidden, obs_dim, n_actions, x, e)
@@ -398,8 +398,8 @@ def _build(dtype: np.dtype, wg: int) -> types.SimpleNamespace:
                                     np.uint64(seed), np.uint64(i))  # fmt: skip
             if kind == 0:
                 return mulf(high, mulf(uniformf(c0), f_two) - f_one)
-            x = cuda.local.array(_MLP_MAX, np.float32)
-            y = cuda.local.array(_MLP_MAX, np.float32)
+            x = cuda.local.array(MAX_WIDTH, np.float32)
+            y = cuda.local.array(MAX_WIDTH, np.float32)
             for k in range(obs_dim):
                 x[k] = F(o[0, k])
             mlp(policy, hidden, obs_dim, 1, x, y)
@@ -426,8 +426,8 @@ def _build(dtype: np.dtype, wg: int) -> types.SimpleNamespace:
         i = cuda.grid(1)
         n, obs_dim = obs.shape
         if i < n:
-            x = cuda.local.array(_MLP_MAX, np.float32)
-            y = cuda.local.array(_MLP_MAX, np.float32)
+            x = cuda.local.array(MAX_WIDTH, np.float32)
+            y = cuda.local.array(MAX_WIDTH, np.float32)
             for k in range(obs_dim):
                 x[k] = F(obs[i, k])
             n_out = out.shape[1]
@@ -843,23 +843,13 @@ class NumbaBackend(Backend):
                             self._device_params(params), np.uint32(seed), np.int32(max_steps),
                             np.int32(AUTORESET_MODES[autoreset]))  # fmt: skip
 
+    def _check_array(self, a, what, dtype=None, shape=None):
+        _check_native(a, what, dtype, shape)
+
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
-        n = bufs.steps.shape[0]
-        steps = out.steps
-        d = spec.obs_dim
-        dt = params.dtype
-        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
-        for name, dtype, shape in (("obs", dt, (steps, n, d)), ("actions", act_dtype, (steps, n)),
-                                   ("rewards", dt, (steps, n)), ("terminated", np.bool_, (steps, n)),
-                                   ("truncated", np.bool_, (steps, n)), ("final_obs", dt, (steps, n, d))):  # fmt: skip
-            _check_native(getattr(out, name), f"buffer.{name}", dtype, shape)
-        _check_native(policy_params, "policy_params", np.float32)
-        hidden = int(getattr(policy, "hidden", 0))
-        if policy.kind == 1 and not 1 <= hidden <= _MLP_MAX:
-            raise ValueError(f"policy: hidden size must be in [1, {_MLP_MAX}] for the kernel, got {hidden}")
-        if not 1 <= steps_per_launch <= steps:
-            raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch}")
+        hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
+        n, steps, d, dt = bufs.steps.shape[0], out.steps, spec.obs_dim, params.dtype
         _, _, rollout = kernels(dt, self.reduce_block_size).env[spec.kernel]
         # Time-major [T, N(, d)] buffers as rows t * N + i, so the kernel indexes one flat row per step.
         rows = steps * n
@@ -874,21 +864,7 @@ class NumbaBackend(Backend):
             rollout[self._grid(n)](*head, np.int32(t0), np.int32(min(steps_per_launch, steps - t0)))
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
-        _check_native(policy_params, "policy_params", np.float32)
-        _check_native(obs, "obs")
-        if len(obs.shape) != 2:
-            raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {obs.shape}")
-        if obs.dtype not in (np.float32, np.float64):
-            raise TypeError(f"obs: expected float32 or float64, got {obs.dtype}")
-        n, d = obs.shape
-        for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
-            if not 1 <= v <= _MLP_MAX:
-                raise ValueError(f"{name}: expected an int in [1, {_MLP_MAX}] for the kernel, got {v}")
-        size = d * hidden + hidden + hidden * hidden + hidden + hidden * out_dim + out_dim + 1
-        if tuple(policy_params.shape) != (size,):
-            raise ValueError(
-                f"policy_params: expected {size} floats for this shape, got {tuple(policy_params.shape)}"
-            )
+        n, _ = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = cuda.device_array((n, out_dim), np.float32)
         if n:
             kernels(obs.dtype, self.reduce_block_size).mlp_forward[self._grid(n)](policy_params, np.int32(hidden),
@@ -942,8 +918,16 @@ class NumbaBackend(Backend):
         fn[self._grid(indices.shape[0] * row_len)](xf, indices, of)
 
     def index_range(self, indices):
-        host = indices.copy_to_host()
-        return int(host.min()), int(host.max())
+        # On the device (atomic min/max into two words): validating actions every step must not
+        # copy the whole array to the host.
+        n = indices.size
+        if "range" not in self._scratch:
+            self._scratch["range"] = cuda.device_array(2, np.int64)
+        out = self._scratch["range"]
+        out.copy_to_device(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64))
+        _range_kernel()[self._grid(n)](indices.reshape(n), out)
+        lo, hi = out.copy_to_host()
+        return int(lo), int(hi)
 
     def all_finite(self, a):
         n = a.size
@@ -971,6 +955,21 @@ def _gather_kernel() -> Any:
 
         _BUILDS["gather"] = gather
     return _BUILDS["gather"]
+
+
+def _range_kernel() -> Any:
+    if "range" not in _BUILDS:
+
+        @cuda.jit
+        def index_range(x, out):
+            i = cuda.grid(1)
+            if i < x.size:
+                v = np.int64(x[i])
+                cuda.atomic.min(out, 0, v)
+                cuda.atomic.max(out, 1, v)
+
+        _BUILDS["range"] = index_range
+    return _BUILDS["range"]
 
 
 def _finite_kernel() -> Any:

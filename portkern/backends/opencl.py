@@ -28,8 +28,6 @@ _SIMULATORS = ("oclgrind",)
 #: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 _MAX_PARAM_CACHE = 64
-#: PK_MLP_MAX in kernels/opencl/pk_policy.h: widest MLP layer the kernels hold in private arrays.
-_MLP_MAX = 64
 
 
 class KernelBuildError(RuntimeError):
@@ -324,24 +322,13 @@ class OpenCLBackend(Backend):
             np.int32(mode), np.int32(n),
         )  # fmt: skip
 
+    def _check_array(self, a, what, dtype=None, shape=None):
+        _check_native(what, a, dtype, shape)
+
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
-        n = bufs.steps.shape[0]
-        steps = out.steps
-        d = spec.obs_dim
-        dt = params.dtype
-        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
-        expected = {"obs": (dt, (steps, n, d)), "actions": (act_dtype, (steps, n)),
-                    "rewards": (dt, (steps, n)), "terminated": (np.bool_, (steps, n)),
-                    "truncated": (np.bool_, (steps, n)), "final_obs": (dt, (steps, n, d))}  # fmt: skip
-        for name, (dtype, shape) in expected.items():
-            _check_native(f"buffer.{name}", getattr(out, name), dtype, shape)
-        _check_native("policy_params", policy_params, np.float32)
-        hidden = int(getattr(policy, "hidden", 0))
-        if policy.kind == 1 and not 1 <= hidden <= _MLP_MAX:
-            raise ValueError(f"policy: the kernels take hidden sizes in [1, {_MLP_MAX}], got {hidden}")
-        if not 1 <= steps_per_launch <= steps:
-            raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch!r}")
+        hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
+        n, steps, dt = bufs.steps.shape[0], out.steps, params.dtype
         opts, vw = self._env_options(dt)
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_rollout", opts)
         # Arguments are set once; each launch only moves the time window (t0, t_count).
@@ -360,19 +347,7 @@ class OpenCLBackend(Backend):
             cl.enqueue_nd_range_kernel(self.queue, k, gs, ls)
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
-        _check_native("policy_params", policy_params, np.float32)
-        _check_native("obs", obs)
-        if obs.ndim != 2:
-            raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {obs.shape}")
-        n, d = obs.shape
-        for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
-            if not 1 <= v <= _MLP_MAX:
-                raise ValueError(f"{name}: the kernel takes values in [1, {_MLP_MAX}], got {v}")
-        size = d * hidden + hidden + hidden * hidden + hidden + hidden * out_dim + out_dim + 1
-        if policy_params.shape != (size,):
-            raise ValueError(
-                f"policy_params: expected {size} floats for this shape, got {policy_params.shape}"
-            )
+        n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = cla.empty(self.queue, (n, out_dim), np.float32)
         opts, vw = self._env_options(obs.dtype)
         k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
