@@ -76,8 +76,9 @@ class VectorEnv:
         self.metadata = {"autoreset_mode": autoreset, "env_id": self.spec.id}
         self._ready = False
         n, b = self.num_envs, self.backend
+        self._check_fits(n)
         self._bufs = EnvBuffers(
-            state=[b.zeros((n,), self.dtype) for _ in self.spec.state_names],
+            state=b.zeros((self.spec.state_dim, n), self.dtype),
             steps=b.zeros((n,), np.int32),
             episodes=b.zeros((n,), np.uint32),
             needs_reset=b.zeros((n,), np.bool_),
@@ -87,8 +88,32 @@ class VectorEnv:
             terminated=b.zeros((n,), np.bool_),
             truncated=b.zeros((n,), np.bool_),
         )
-        self._act_dtype = np.dtype(np.int32 if self.spec.is_discrete else np.float32)
+        self._act_dtype = self.spec.action_dtype
         self._actions = b.zeros((n,), self._act_dtype)
+
+    def _check_fits(self, n: int) -> None:
+        """Reject a batch the device cannot hold before allocating anything, naming the limit."""
+        limits = self.backend.memory_limits()
+        if limits is None:
+            return
+        max_alloc, total = limits
+        item = self.dtype.itemsize
+        spec = self.spec
+        largest = n * max(spec.obs_dim, spec.state_dim) * item  # obs, final_obs and the [D, N] state
+        # state, obs, final_obs, reward (env dtype); steps, episodes, actions (4 bytes); 3 flags
+        needed = n * ((spec.state_dim + 2 * spec.obs_dim + 1) * item + 12 + 3)
+        per_env = needed / n
+        if max_alloc is not None and largest > max_alloc:
+            raise ValueError(
+                f"num_envs: {n} envs need a {largest:,}-byte buffer, over the largest allocation "
+                f"{self.backend.device_name} allows ({max_alloc:,} bytes); use at most "
+                f"{max_alloc // (max(spec.obs_dim, spec.state_dim) * item):,} envs per batch"
+            )
+        if total is not None and needed > total:
+            raise ValueError(
+                f"num_envs: {n} envs need {needed:,} bytes of device memory, over the "
+                f"{total:,} bytes of {self.backend.device_name}; use at most {int(total // per_env):,} envs"
+            )
 
     # ---- the loop ----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> Any:
@@ -217,14 +242,14 @@ class VectorEnv:
                     f"actions: expected {expected}, got values in [{host.min()}, {host.max()}]"
                 )
         else:
-            expected = f"float array of shape ({n}, 1) or ({n},) with finite values"
+            expected = f"float array (float32 or float64) of shape ({n}, 1) or ({n},) with finite values"
             shape = tuple(getattr(actions, "shape", ()))
             if native and getattr(actions, "dtype", None) == np.float32 and shape in ((n,), (n, 1)):
                 if not self.backend.all_finite(actions):
                     raise ValueError(f"actions: expected {expected}, got NaN or inf")
                 return actions.reshape((n,)) if shape != (n,) else actions
             host = self._host_actions(actions, expected)
-            if host.dtype.kind != "f":
+            if host.dtype not in (np.float32, np.float64):
                 raise TypeError(f"actions: expected {expected}, got {describe(host)}")
             if host.shape not in ((n,), (n, 1)):
                 raise ValueError(f"actions: expected {expected}, got {describe(host)}")
@@ -254,7 +279,7 @@ class VectorEnv:
     def get_state(self) -> dict[str, np.ndarray]:
         """Host copies: ``state`` [N, D] in Gymnasium's ``env.unwrapped.state`` order, ``steps`` [N]."""
         b = self.backend
-        state = np.stack([b.to_host(s) for s in self._bufs.state], axis=1)
+        state = np.ascontiguousarray(b.to_host(self._bufs.state).T)  # [D, N] on the device
         return {"state": state, "steps": b.to_host(self._bufs.steps).astype(np.int64)}
 
     def set_state(self, state: Any = None, steps: Any = None) -> None:
@@ -296,8 +321,7 @@ class VectorEnv:
         # Everything checked: now write.
         b = self.backend
         if host_state is not None:
-            for j, dst in enumerate(self._bufs.state):
-                b.write(dst, np.ascontiguousarray(host_state[:, j], dtype=self.dtype))
+            b.write(self._bufs.state, np.ascontiguousarray(host_state.T, dtype=self.dtype))
         if host_steps is not None:
             b.write(self._bufs.steps, host_steps.astype(np.int32))
         b.write(self._bufs.needs_reset, np.zeros(n, dtype=np.bool_))

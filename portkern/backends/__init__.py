@@ -1,11 +1,20 @@
-"""Compute backends: the contract, the registry, and one module per API (numpy, opencl, cupy, numba)."""
+"""Compute backends: the contract, the registry, and one module per API (found by listing this package)."""
 
 from __future__ import annotations
 
-from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
-from .registry import KNOWN, BackendRecord, backend_of, backends, get_backend, probe, register
+from typing import Any
+
+from .base import AUTORESET_MODES, OPS, Backend, BackendUnavailable, EnvBuffers, Probe, Unsupported
+from .registry import BackendRecord, backend_of, backends, extras, get_backend, names, probe, register
+
+
+def __getattr__(attr: str) -> Any:
+    if attr == "KNOWN":  # name -> pip extra, from registration (computed when asked for)
+        return extras()
+    raise AttributeError(attr)
+
 
 __all__ = [
-    "AUTORESET_MODES", "Backend", "BackendRecord", "BackendUnavailable", "EnvBuffers", "KNOWN",
-    "Probe", "backend_of", "backends", "get_backend", "probe", "register",
+    "AUTORESET_MODES", "OPS", "Backend", "BackendRecord", "BackendUnavailable", "EnvBuffers", "KNOWN",
+    "Probe", "Unsupported", "backend_of", "backends", "extras", "get_backend", "names", "probe", "register",
 ]  # fmt: skip

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._kernels import source_hash
 from ..envs.base import EnvSpec
 
 #: autoreset modes as passed to kernels (``autoreset_mode`` argument).
@@ -33,7 +34,7 @@ class Probe:
 class EnvBuffers:
     """Device-resident env state, allocated once per env and reused by every step (structure of arrays)."""
 
-    state: list[Any]  # one [N] array per state variable, env dtype
+    state: Any  # [D, N] env dtype: variable-major, env-minor (element (j, i) at j * N + i)
     steps: Any  # [N] int32: steps taken in the current episode (truncation counter)
     episodes: Any  # [N] uint32: episodes started since the last seeded reset (RNG counter)
     needs_reset: Any  # [N] bool: next_step mode, the env finished on the previous call
@@ -44,12 +45,36 @@ class EnvBuffers:
     truncated: Any  # [N] bool
 
 
+class Unsupported(NotImplementedError):
+    """An op this backend does not implement; it counts 0 in the functional matrix, with this reason."""
+
+
+#: The ops of the contract. A backend implements what it can; the rest report unsupported.
+OPS = ("env_reset", "env_step", "env_rollout", "mlp_forward", "gae", "discounted_returns", "normalize",
+       "gather")  # fmt: skip
+
+#: Bound of each per-instance cache (uploaded params, staging and scratch buffers).
+_MAX_CACHE = 64
+
+#: (backend name, device key, source hash) -> compiled program/module, shared by every instance.
+_PROGRAMS: dict[tuple[str, Any, str], Any] = {}
+
+
 class Backend(abc.ABC):
-    """One compute API on one device. Subclasses register with :func:`portkern.backends.registry.register`."""
+    """One compute API on one device: mechanism only (arrays, programs, launches, caches).
+
+    Subclasses register with :func:`portkern.backends.registry.register`; their module name is
+    the backend name, so a new module under ``portkern/backends/`` is found without editing a list.
+    What every kernel backend needs and no API changes — uploading params once, staging host
+    arrays through reused device buffers, scratch buffers, the program cache keyed by
+    (device, source, options), checking native arrays — is written here once.
+    """
 
     name: ClassVar[str]
     #: pip extra that installs this backend's dependencies, for error messages.
     extra: ClassVar[str | None] = None
+    #: Position in listings (the reference first); ties sort by name.
+    order: ClassVar[int] = 50
     #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
     default_device_env: ClassVar[tuple[str, ...]] = ()
 
@@ -100,29 +125,124 @@ class Backend(abc.ABC):
         """Device and library versions for benchmark metadata."""
         return {"backend": self.name, "device": self.device_name}
 
+    def memory_limits(self) -> tuple[int | None, int | None] | None:
+        """(largest single allocation, total memory) of the device in bytes, or None if unbounded/unknown."""
+        return None
+
+    # ---- which ops this backend has ------------------------------------------------------------
+    @classmethod
+    def unsupported(cls, op: str) -> str | None:
+        """Why ``op`` is not available on this backend, or None when it is implemented."""
+        if op not in OPS:
+            raise ValueError(f"op: expected one of {', '.join(OPS)}, got {op!r}")
+        if getattr(cls, op) is getattr(Backend, op):
+            return f"the {cls.name} backend does not implement {op}"
+        return None
+
+    def _unsupported(self, op: str) -> Unsupported:
+        return Unsupported(self.unsupported(op) or f"{self.name}: {op} unsupported")
+
+    # ---- shared plumbing (written once for every kernel backend) --------------------------------
+    def _cache(self, kind: str, key: Any, make: Any) -> Any:
+        """A per-instance, bounded cache: ``make()`` once per (kind, key)."""
+        caches = self.__dict__.setdefault("_pk_caches", {})
+        cache = caches.setdefault(kind, {})
+        value = cache.get(key)
+        if value is None:
+            if len(cache) >= _MAX_CACHE:  # param sweeps: keep it bounded, oldest out first
+                cache.pop(next(iter(cache)))
+            value = cache[key] = make()
+        return value
+
+    def _device_params(self, params: Any) -> Any:
+        """The env's params struct on the device, uploaded once per distinct value (no per-step copies)."""
+        return self._cache("params", params.key, lambda: self.from_host(params.as_array()))
+
+    def _scratch(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A device buffer reused across calls, allocated once per (key, shape, dtype)."""
+        dt = np.dtype(dtype)
+        return self._cache("scratch", (key, tuple(shape), dt.str), lambda: self.zeros(tuple(shape), dt))
+
+    def _stage(self, what: str, host: np.ndarray) -> Any:
+        """Copy a host array into a device buffer reused for every call with that shape and dtype."""
+        buf = self._scratch(("stage", what), host.shape, host.dtype)
+        self.write(buf, np.ascontiguousarray(host))
+        return buf
+
+    def _device_key(self) -> Any:
+        """What identifies this backend's device for the program cache (override per API)."""
+        return self.device_name
+
+    def _program(self, source: str, options: tuple[str, ...], build: Any) -> Any:
+        """The program for (device, source, options), built once by ``build()`` and shared by every instance."""
+        key = (self.name, self._device_key(), source_hash(source, options))
+        prg = _PROGRAMS.get(key)
+        if prg is None:
+            prg = _PROGRAMS[key] = build()
+        return prg
+
+    def _actions_on_device(self, actions: Any, n: int, dtype: np.dtype) -> Any:
+        """Native actions are checked and used as they are; host ones go through a staging buffer."""
+        if self.owns(actions) and not isinstance(actions, np.ndarray):
+            self._check_array(actions, "actions", dtype, (n,))
+            return actions
+        host = np.ascontiguousarray(actions, dtype=dtype)
+        if host.shape != (n,):
+            raise ValueError(f"actions: expected shape {(n,)}, got {host.shape}")
+        return self._stage("actions", host)
+
+    @staticmethod
+    def _contiguous(a: Any) -> bool:
+        return bool(a.flags.c_contiguous)
+
+    def _check_array(self, a: Any, what: str, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
+        """Raise unless ``a`` is a C-contiguous native array (of ``dtype`` and ``shape`` when given)."""
+        if not self.owns(a):
+            raise TypeError(
+                f"{what}: expected a {self.name} device array, got {type(a).__module__}.{type(a).__name__}"
+            )
+        if dtype is not None and np.dtype(a.dtype) != np.dtype(dtype):
+            raise TypeError(f"{what}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
+        if shape is not None and tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{what}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+        if not self._contiguous(a):
+            raise ValueError(f"{what}: expected a C-contiguous array")
+
+    def _check_env(self, spec: EnvSpec, bufs: EnvBuffers, params: Any) -> int:
+        """Check the env buffers and params handed to an env kernel; returns N."""
+        n = int(bufs.steps.shape[0])
+        dt = params.dtype
+        self._check_array(bufs.state, "state", dt, (spec.state_dim, n))
+        for what, dtype, shape in (("steps", np.int32, (n,)), ("episodes", np.uint32, (n,)),
+                                   ("needs_reset", np.bool_, (n,)), ("obs", dt, (n, spec.obs_dim)),
+                                   ("final_obs", dt, (n, spec.obs_dim)), ("reward", dt, (n,)),
+                                   ("terminated", np.bool_, (n,)), ("truncated", np.bool_, (n,))):  # fmt: skip
+            self._check_array(getattr(bufs, what), what, dtype, shape)
+        return n
+
     # ---- environments ------------------------------------------------------------------------
-    @abc.abstractmethod
     def env_reset(
-        self, spec: EnvSpec, bufs: EnvBuffers, params: np.ndarray, seed: int, fresh: bool
+        self, spec: EnvSpec, bufs: EnvBuffers, params: Any, seed: int, fresh: bool
     ) -> None:
         """Reset every env: ``fresh`` restarts episode counters at 0, else each env's counter advances by one.
 
         Writes the reset state, steps=0, needs_reset=False and obs; draws come from
         Philox key (seed, env index), counter (episode, 0, STREAM_RESET, 0).
         """
+        raise self._unsupported("env_reset")
 
-    @abc.abstractmethod
     def env_step(
         self,
         spec: EnvSpec,
         bufs: EnvBuffers,
         actions: Any,
-        params: np.ndarray,
+        params: Any,
         seed: int,
         max_steps: int,
         autoreset: str,
     ) -> None:
         """One step of every env with in-kernel autoreset; writes obs, final_obs, reward, flags."""
+        raise self._unsupported("env_step")
 
     def env_rollout(
         self,
@@ -131,7 +251,7 @@ class Backend(abc.ABC):
         policy: Any,
         policy_params: Any,
         out: Any,
-        params: np.ndarray,
+        params: Any,
         seed: int,
         max_steps: int,
         autoreset: str,
@@ -144,16 +264,12 @@ class Backend(abc.ABC):
         are drawn from Philox key (seed, env), counter (episode, steps, STREAM_POLICY, 0), with
         ``steps`` the env's step count before the step (see portkern.policy.sample_actions).
         """
-        raise NotImplementedError(f"the {self.name} backend has no fused rollout kernel yet")
+        raise self._unsupported("env_rollout")
 
     # ---- argument checks shared by the kernel backends (before any launch) ---------------------
-    def _check_array(self, a: Any, what: str, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
-        """Raise unless ``a`` is a C-contiguous native array (of ``dtype`` and ``shape`` when given)."""
-        raise NotImplementedError(f"the {self.name} backend does not check native arrays")
-
     def _check_rollout(
         self, spec: EnvSpec, bufs: EnvBuffers, policy: Any, policy_params: Any, out: Any,
-        params: np.ndarray, steps_per_launch: int,
+        params: Any, steps_per_launch: int,
     ) -> int:  # fmt: skip
         """Check an ``env_rollout`` call; returns the MLP's hidden size (0 for the random policy)."""
         from ..policy import MAX_WIDTH
@@ -196,46 +312,33 @@ class Backend(abc.ABC):
 
     def mlp_forward(self, policy_params: Any, obs: Any, hidden: int, out_dim: int) -> Any:
         """The MLP policy's forward pass on the device (``pk_mlp_forward``): [N, out_dim] float32."""
-        raise NotImplementedError(f"the {self.name} backend has no MLP forward kernel yet")
+        raise self._unsupported("mlp_forward")
 
     # ---- rollout buffer ops ([T, N] time-major) ---------------------------------------------
-    @abc.abstractmethod
-    def gae(
-        self,
-        rewards: Any,
-        values: Any,
-        next_values: Any,
-        terminated: Any,
-        truncated: Any,
-        advantages: Any,
-        returns: Any,
-        gamma: float,
-        lam: float,
-    ) -> None: ...
+    def gae(self, rewards: Any, values: Any, next_values: Any, terminated: Any, truncated: Any,
+            advantages: Any, returns: Any, gamma: float, lam: float) -> None:  # fmt: skip
+        raise self._unsupported("gae")
 
-    @abc.abstractmethod
-    def discounted_returns(
-        self,
-        rewards: Any,
-        terminated: Any,
-        truncated: Any,
-        bootstrap: Any,
-        out: Any,
-        gamma: float,
-    ) -> None:
+    def discounted_returns(self, rewards: Any, terminated: Any, truncated: Any, bootstrap: Any, out: Any,
+                           gamma: float) -> None:  # fmt: skip
         """``bootstrap`` is [N] (value after the last step) or [T, N] (value of each step's final obs)."""
+        raise self._unsupported("discounted_returns")
 
-    @abc.abstractmethod
-    def normalize(self, x: Any, out: Any, eps: float) -> None: ...
+    def normalize(self, x: Any, out: Any, eps: float) -> None:
+        raise self._unsupported("normalize")
 
-    @abc.abstractmethod
     def gather(self, x: Any, indices: Any, out: Any) -> None:
         """``out[b] = x[indices[b]]`` along the first axis; indices already range-checked."""
+        raise self._unsupported("gather")
 
-    @abc.abstractmethod
+    # ---- validation helpers (before any launch); backends override with device reductions ------
     def index_range(self, indices: Any) -> tuple[int, int]:
         """(min, max) of a native integer array, for validating gather indices before the launch."""
+        host = self.to_host(indices)
+        if host.size == 0:
+            raise ValueError("indices: empty array has no range")
+        return int(host.min()), int(host.max())
 
-    @abc.abstractmethod
     def all_finite(self, a: Any) -> bool:
         """Whether every element of a native float array is finite (validation, before any launch)."""
+        return bool(np.isfinite(self.to_host(a)).all())

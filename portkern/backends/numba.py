@@ -726,6 +726,7 @@ def kernels(dtype: np.dtype, wg: int = 256) -> types.SimpleNamespace:
 @register
 class NumbaBackend(Backend):
     name = "numba"
+    order = 30
     extra = "cuda"
 
     @classmethod

@@ -66,6 +66,7 @@ def normalize(x, eps):
 @register
 class NumpyBackend(Backend):
     name = "numpy"
+    order = 0
     extra = None
 
     @classmethod
@@ -111,8 +112,8 @@ class NumpyBackend(Backend):
         else:
             bufs.episodes += np.uint32(1)
         state = reset_states(spec, params, seed, np.arange(n, dtype=np.uint32), bufs.episodes)
-        for dst, src in zip(bufs.state, state):
-            dst[:] = src
+        for j, src in enumerate(state):
+            bufs.state[j] = src
         bufs.steps[:] = 0
         bufs.needs_reset[:] = False
         bufs.obs[:] = spec.observe(state)
@@ -145,8 +146,8 @@ class NumpyBackend(Backend):
             for s, f in zip(new_state, fresh):
                 s[idx] = f
             steps[idx] = 0
-        for dst, src in zip(bufs.state, new_state):
-            dst[:] = src
+        for j, src in enumerate(new_state):
+            bufs.state[j] = src
         bufs.steps[:] = steps
         bufs.obs[:] = spec.observe(tuple(new_state))
         if mode == AUTORESET_MODES["next_step"]:

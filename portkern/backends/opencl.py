@@ -103,6 +103,7 @@ def _check_native(name: str, a: Any, dtype: Any = None, shape: tuple[int, ...] |
 @register
 class OpenCLBackend(Backend):
     name = "opencl"
+    order = 10
     extra = "opencl"
     default_device_env = ("PORTKERN_DEVICE",)
 

@@ -2,35 +2,55 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
+from functools import lru_cache
+from importlib.metadata import entry_points
 from dataclasses import dataclass
 from typing import Any
 
 from .base import Backend, BackendUnavailable, Probe
 
-#: Every backend portkern knows, in display order, with the pip extra that installs it.
-KNOWN: dict[str, str | None] = {"numpy": None, "opencl": "opencl", "cupy": "cuda", "numba": "cuda"}
-
 _CLASSES: dict[str, type[Backend]] = {}
 _INSTANCES: dict[tuple[str, str | None], Backend] = {}
 _PROBES: dict[str, Probe] = {}
+#: Modules that are not backends.
+_NOT_BACKENDS = {"base", "registry"}
+_ENTRY_POINT_GROUP = "portkern.backends"
 
 
 def register(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make a backend available by its ``name``."""
-    if cls.name not in KNOWN:
-        raise ValueError(f"backend {cls.name!r} is not listed in registry.KNOWN")
+    """Class decorator: make a backend available by its ``name`` (the name of the module that defines it)."""
+    if not isinstance(getattr(cls, "name", None), str) or not cls.name.isidentifier():
+        raise ValueError(f"backend class {cls.__name__} needs a name that is an identifier")
     _CLASSES[cls.name] = cls
     return cls
+
+
+@lru_cache(maxsize=1)
+def _modules() -> dict[str, str]:
+    """Backend name -> module: every public module in this package, plus the ``portkern.backends``
+    entry points of other distributions. Found by listing, not by a list kept by hand."""
+    from . import __path__ as here
+
+    found = {m.name: f"portkern.backends.{m.name}" for m in pkgutil.iter_modules(here)
+             if not m.name.startswith("_") and m.name not in _NOT_BACKENDS}  # fmt: skip
+    try:
+        for ep in entry_points(group=_ENTRY_POINT_GROUP):
+            found.setdefault(ep.name, ep.value.split(":")[0])
+    except Exception:  # a broken third-party distribution must not hide portkern's own backends
+        pass
+    return found
 
 
 def _load(name: str) -> type[Backend] | None:
     if name not in _CLASSES:
         # Backend modules guard their optional imports, so importing one never fails for a
         # missing library; it only registers the class.
-        module = f"portkern.backends.{name}"
+        module = _modules()[name]
         try:
-            __import__(module)
+            importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
@@ -38,9 +58,28 @@ def _load(name: str) -> type[Backend] | None:
     return _CLASSES.get(name)
 
 
+def names() -> tuple[str, ...]:
+    """Every backend found, in display order (the reference first)."""
+    mods = _modules()
+    classes = {n: _load(n) for n in mods}
+    return tuple(sorted(mods, key=lambda n: (getattr(classes[n], "order", 99), n)))
+
+
+def extras() -> dict[str, str | None]:
+    """Backend name -> the pip extra that installs its dependencies (None: nothing to install)."""
+    return {n: getattr(_load(n), "extra", None) for n in names()}
+
+
+def __getattr__(attr: str) -> Any:
+    # KNOWN (name -> extra), derived from registration; kept as a name for existing imports.
+    if attr == "KNOWN":
+        return extras()
+    raise AttributeError(attr)
+
+
 def _check_name(name: Any) -> str:
-    if name not in KNOWN:
-        raise ValueError(f"backend: unknown backend {name!r}; valid names: {', '.join(KNOWN)}")
+    if not isinstance(name, str) or name not in _modules():
+        raise ValueError(f"backend: unknown backend {name!r}; valid names: {', '.join(names())}")
     return name
 
 
@@ -78,7 +117,7 @@ class BackendRecord:
 def backends(refresh: bool = False) -> list[BackendRecord]:
     """One record per known backend: name, availability here, and why not (with the fix)."""
     out = []
-    for name, extra in KNOWN.items():
+    for name, extra in extras().items():
         p = probe(name, refresh)
         out.append(BackendRecord(name, p.available, p.reason, p.devices, p.simulator, extra))
     return out
@@ -112,7 +151,7 @@ def backend_of(x: Any) -> Backend:
 
     if isinstance(x, np.ndarray):
         return get_backend("numpy")
-    for name in KNOWN:
+    for name in names():
         cls = _CLASSES.get(name)
         if cls is not None and cls.owns(x):
             return cls.for_array(x)

@@ -1,26 +1,134 @@
-"""EnvSpec: what every backend needs to know about an environment, plus its NumPy reference dynamics."""
+"""EnvSpec: what every backend needs to know about an environment, plus its NumPy reference dynamics.
+
+Each env module declares its physics params once, by name (:class:`Param` for what a user may
+set, :class:`Derived` for the constants Gymnasium computes from them in Python floats). From that
+one declaration come the reference's values (:class:`KernelParams`, read as ``p.gravity``), the C
+struct every OpenCL and CUDA env kernel takes (:meth:`EnvSpec.c_struct`, read as ``p->gravity``),
+and the NumPy structured dtype both are laid out by; no kernel or reference reads a param by
+position.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 State = tuple[np.ndarray, ...]
 
+#: Param domains: name -> (predicate, words for error messages).
+DOMAINS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "finite": (math.isfinite, "a finite number"),
+    "positive": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+    "nonnegative": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A physics param a user may set with ``make(..., params={name: value})``."""
+
+    name: str
+    default: float
+    domain: str = "finite"  # a key of DOMAINS
+    doc: str = ""
+    #: A value inside the domain that moves the dynamics, for the perturbation test (default:
+    #: 1.25 x the default, or 0.01 for a zero default).
+    perturb: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.domain not in DOMAINS:
+            raise ValueError(f"Param {self.name}: unknown domain {self.domain!r}")
+        if not DOMAINS[self.domain][0](self.default):
+            raise ValueError(f"Param {self.name}: default {self.default!r} outside its domain")
+
+    def perturbed(self) -> float:
+        if self.perturb is not None:
+            return self.perturb
+        return self.default * 1.25 if self.default != 0 else 0.01
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A constant computed from the params in Python floats (float64), as Gymnasium's ``__init__`` does."""
+
+    name: str
+    fn: Callable[[Mapping[str, float]], float]
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A condition across params (e.g. ``reset_low <= reset_high``), checked at ``make()``."""
+
+    text: str  # what must hold, as shown in the error
+    names: tuple[str, ...]
+    holds: Callable[[Mapping[str, float]], bool]
+
+
+class KernelParams:
+    """An env's kernel params in one precision: one record of ``REAL`` fields, read by name.
+
+    ``p.gravity`` is a NumPy scalar of ``p.dtype`` (what the reference computes with);
+    ``p.record`` is the structured array laid out exactly as the generated C struct, which the
+    kernel backends upload once and pass to every env kernel.
+    """
+
+    __slots__ = ("dtype", "record", "_values", "_key")
+
+    def __init__(self, spec: "EnvSpec", values: Mapping[str, float], dtype: np.dtype) -> None:
+        self.dtype = np.dtype(dtype)
+        self.record = np.zeros((), dtype=spec.param_dtype(self.dtype))
+        for name in spec.field_names:
+            self.record[name] = values[name]
+        self._values = {name: self.dtype.type(self.record[name]) for name in spec.field_names}
+        self._key = (self.dtype.str, self.record.tobytes())
+
+    def __getattr__(self, name: str):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no param {name!r}") from None
+
+    def __getitem__(self, name: str):
+        return self._values[name]
+
+    @property
+    def key(self) -> tuple[str, bytes]:
+        """Hashable identity (dtype and bytes) for caches of uploaded params."""
+        return self._key
+
+    def as_array(self) -> np.ndarray:
+        """The record as a 1-D array of ``dtype`` (every field is ``REAL``, so this is its exact layout)."""
+        return self.record.reshape(1).view(self.dtype).copy()
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self._values.items()}
+
+    def __repr__(self) -> str:
+        return f"KernelParams({self.dtype.name}, {self.to_dict()})"
+
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """One environment: names, sizes, Gymnasium defaults and the reference dynamics (the specification).
+    """One environment: names, sizes, params, parity facts and the reference dynamics (the specification).
 
-    Reference functions operate on structure-of-arrays state, in the dtype of the arrays they get:
+    Reference functions operate on structure-of-arrays state (a sequence of ``[N]`` arrays, one
+    per state variable), in the dtype of the arrays they get, with ``p`` a :class:`KernelParams`:
 
-    * ``kernel_params(params) -> list[float]``: the ordered vector passed to kernels as ``params``
-      (user-settable params plus derived constants, computed in float64 as Gymnasium does).
-    * ``reset(sym, kp) -> State``: initial state from ``sym`` ([N, 4] uniform in [-1, 1), see rng.symmetric).
-    * ``step(state, action, kp) -> (State, reward, terminated)``.
+    * ``reset(sym, p) -> State``: initial state from ``sym`` ([N, 4] uniform in [-1, 1), see rng.symmetric).
+    * ``step(state, action, p) -> (State, reward, terminated)``.
     * ``observe(state) -> obs [N, obs_dim]``.
+
+    Parity facts (what tests and the report need; every env declares them, none is borrowed):
+
+    * ``test_state_box``: (low, high) per state variable: random states inside what episodes reach.
+    * ``parity_states(rng, n) -> [n, D]``: states across the region with some packed near the
+      env's thresholds and clips, for parity against Gymnasium and the perturbation test.
+    * ``parity_tolerance``: {"float32": tol, "float64": tol} for one step of a kernel against the
+      reference (libm differences amplified by the dynamics).
     """
 
     id: str
@@ -34,13 +142,32 @@ class EnvSpec:
     #: |state| limits that set_state enforces (Acrobot's angle wrap loops once per 2*pi), or None
     state_limit: tuple[float, ...] | None
     max_episode_steps: int
-    defaults: Mapping[str, float]
-    param_names: tuple[str, ...]  # names of the kernel param vector entries, for docs and errors
-    kernel_params: Callable[[Mapping[str, float]], Sequence[float]]
-    reset: Callable[[np.ndarray, np.ndarray], State]
-    step: Callable[[State, np.ndarray, np.ndarray], tuple[State, np.ndarray, np.ndarray]]
+    params: tuple[Param | Derived, ...]
+    reset: Callable[[np.ndarray, KernelParams], State]
+    step: Callable[[State, np.ndarray, KernelParams], tuple[State, np.ndarray, np.ndarray]]
     observe: Callable[[State], np.ndarray]
+    test_state_box: tuple[tuple[float, ...], tuple[float, ...]]
+    parity_states: Callable[[np.random.Generator, int], np.ndarray]
+    parity_tolerance: Mapping[str, float]
+    constraints: tuple[Constraint, ...] = ()
+    _fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"{self.id}: params declared twice: {sorted(dup)}")
+        for n in names:
+            if not n.isidentifier():
+                raise ValueError(f"{self.id}: param name {n!r} is not a C identifier")
+        if set(self.parity_tolerance) != {"float32", "float64"}:
+            raise ValueError(f"{self.id}: parity_tolerance needs float32 and float64 entries")
+        lo, hi = self.test_state_box
+        if not len(lo) == len(hi) == len(self.state_names):
+            raise ValueError(f"{self.id}: test_state_box needs one bound per state variable")
+        object.__setattr__(self, "_fields", tuple(names))
+
+    # ---- shape and action space --------------------------------------------------------------
     @property
     def state_dim(self) -> int:
         return len(self.state_names)
@@ -49,28 +176,107 @@ class EnvSpec:
     def is_discrete(self) -> bool:
         return self.discrete_actions is not None
 
+    @property
+    def action_dtype(self) -> np.dtype:
+        return np.dtype(np.int32 if self.is_discrete else np.float32)
+
+    def random_actions(self, rng: np.random.Generator, n: int, overshoot: float = 1.2) -> np.ndarray:
+        """Random valid actions; continuous ones spread to ``overshoot`` x the bound (the env clips)."""
+        if self.is_discrete:
+            return rng.integers(0, self.discrete_actions, n).astype(np.int32)
+        hi = overshoot * self.action_high
+        return rng.uniform(-hi, hi, (n, 1)).astype(np.float32)
+
+    # ---- params ------------------------------------------------------------------------------
+    @property
+    def user_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if isinstance(p, Param))
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        """Gymnasium's defaults of the params a user may set."""
+        return {p.name: p.default for p in self.user_params}
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """Every field of the kernel params struct, in declaration order."""
+        return self._fields
+
+    @property
+    def param_names(self) -> tuple[str, ...]:  # kept for callers of the old name
+        return self._fields
+
+    def param_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The NumPy structured dtype of the params struct: one ``dtype`` field per param."""
+        return np.dtype([(name, np.dtype(dtype)) for name in self._fields])
+
+    @property
+    def struct_name(self) -> str:
+        return f"pk_{self.kernel}_params"
+
+    def c_struct(self) -> str:
+        """The C struct of the kernel params, one text for OpenCL C and CUDA C++ (fields of type ``REAL``)."""
+        width = max(len(n) for n in self._fields)
+        lines = [f"/* {self.id}: generated from portkern/envs/{self.kernel}.py (EnvSpec.c_struct) */",
+                 f"typedef struct {self.struct_name} {{"]  # fmt: skip
+        for p in self.params:
+            what = f"default {p.default!r}, {p.domain}" if isinstance(p, Param) else "derived"
+            doc = f"; {p.doc}" if p.doc else ""
+            lines.append(f"    REAL {p.name + ';':{width + 1}s} /* {what}{doc} */")
+        lines.append(f"}} {self.struct_name};")
+        return "\n".join(lines) + "\n"
+
     def resolve_params(self, params: Mapping[str, float] | None) -> dict[str, float]:
-        """Gymnasium's defaults overridden by ``params``; unknown names and non-finite values are rejected."""
-        merged = dict(self.defaults)
+        """Gymnasium's defaults overridden by ``params``, checked against each param's domain.
+
+        Unknown names, non-numbers, values outside a domain and violated constraints are
+        rejected, naming the param, its domain and the value.
+        """
+        merged = self.defaults
         if params is None:
             return merged
         if not isinstance(params, Mapping):
             raise TypeError(f"params: expected a dict of name -> float, got {type(params).__name__}")
+        declared = {p.name: p for p in self.user_params}
         for name, value in params.items():
-            if name not in self.defaults:
+            if name not in declared:
+                derived = " (a derived constant, computed from the others)" if name in self._fields else ""
                 raise ValueError(
-                    f"params: {self.id} has no parameter {name!r}; valid names: "
-                    f"{', '.join(sorted(self.defaults))}"
+                    f"params: {self.id} has no parameter {name!r}{derived}; valid names: "
+                    f"{', '.join(sorted(declared))}"
                 )
+            if isinstance(value, bool):
+                raise TypeError(f"params[{name!r}]: expected a number, got {value!r}")
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"params[{name!r}]: expected a number, got {value!r}") from None
-            if not np.isfinite(value):
-                raise ValueError(f"params[{name!r}]: expected a finite number, got {value!r}")
+            ok, words = DOMAINS[declared[name].domain]
+            if not ok(value):
+                raise ValueError(f"params[{name!r}]: expected {words} ({declared[name].domain}), got {value!r}")
             merged[name] = value
+        for c in self.constraints:
+            if not c.holds(merged):
+                got = ", ".join(f"{n}={merged[n]!r}" for n in c.names)
+                raise ValueError(f"params: {self.id} needs {c.text}, got {got}")
         return merged
 
-    def param_vector(self, params: Mapping[str, float], dtype: np.dtype) -> np.ndarray:
-        """The kernel ``params`` argument: derived in float64, then cast once to the env dtype."""
-        return np.asarray(self.kernel_params(params), dtype=np.float64).astype(dtype)
+    def kernel_values(self, params: Mapping[str, float]) -> dict[str, float]:
+        """Every struct field's value: the params, then each derived constant in Python floats."""
+        values = dict(params)
+        for p in self.params:
+            if isinstance(p, Derived):
+                values[p.name] = float(p.fn(values))
+        return values
+
+    def param_vector(self, params: Mapping[str, float], dtype: np.dtype) -> KernelParams:
+        """The kernel params: derived in float64, then cast once to the env dtype."""
+        return KernelParams(self, self.kernel_values(params), np.dtype(dtype))
+
+
+def params_table(params: Sequence[Param | Derived]) -> list[tuple[str, str, str]]:
+    """(name, default or 'derived', domain) rows, for docs."""
+    return [
+        (p.name, repr(p.default), p.domain) if isinstance(p, Param) else (p.name, "derived", "-")
+        for p in params
+    ]

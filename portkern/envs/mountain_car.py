@@ -4,55 +4,61 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import EnvSpec, State
+from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State
 
-DEFAULTS = {
-    "min_position": -1.2,
-    "max_position": 0.6,
-    "max_speed": 0.07,
-    "goal_position": 0.5,
-    "goal_velocity": 0.0,
-    "force": 0.001,
-    "gravity": 0.0025,
-    "reset_low": -0.6,
-    "reset_high": -0.4,
-}
+PARAMS = (
+    Param("min_position", -1.2),
+    Param("max_position", 0.6),
+    Param("max_speed", 0.07, "positive"),
+    Param("goal_position", 0.5),
+    Param("goal_velocity", 0.0),
+    Param("force", 0.001),
+    Param("gravity", 0.0025),
+    Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),
+    Param("reset_high", -0.4),
+    Derived("reset_center", lambda p: (p["reset_low"] + p["reset_high"]) / 2),
+    Derived("reset_half", lambda p: (p["reset_high"] - p["reset_low"]) / 2),
+)
 
-PARAM_NAMES = (
-    "min_position", "max_position", "max_speed", "goal_position", "goal_velocity",
-    "force", "gravity", "reset_center", "reset_half",
+CONSTRAINTS = (
+    Constraint("min_position < max_position", ("min_position", "max_position"),
+               lambda p: p["min_position"] < p["max_position"]),
+    Constraint("reset_low <= reset_high", ("reset_low", "reset_high"), lambda p: p["reset_low"] <= p["reset_high"]),
 )  # fmt: skip
 
 
-def kernel_params(p):
-    return [
-        p["min_position"], p["max_position"], p["max_speed"], p["goal_position"],
-        p["goal_velocity"], p["force"], p["gravity"],
-        (p["reset_low"] + p["reset_high"]) / 2, (p["reset_high"] - p["reset_low"]) / 2,
-    ]  # fmt: skip
-
-
-def reset(sym: np.ndarray, kp: np.ndarray) -> State:
-    position = kp[7] + kp[8] * sym[:, 0]
+def reset(sym: np.ndarray, p: KernelParams) -> State:
+    position = p.reset_center + p.reset_half * sym[:, 0]
     return (position, np.zeros_like(position))
 
 
-def step(state: State, action: np.ndarray, kp: np.ndarray):
-    T = kp.dtype.type
+def step(state: State, action: np.ndarray, p: KernelParams):
+    T = p.dtype.type
     position, velocity = state
-    min_pos, max_pos, max_speed, goal_pos, goal_vel, force, gravity, _, _ = kp
-    push = (action.astype(np.int64) - 1).astype(kp.dtype) * force
-    velocity = velocity + (push + np.cos(T(3) * position) * (-gravity))
+    min_pos, max_speed = p.min_position, p.max_speed
+    push = (action.astype(np.int64) - 1).astype(p.dtype) * p.force
+    velocity = velocity + (push + np.cos(T(3) * position) * (-p.gravity))
     velocity = np.clip(velocity, -max_speed, max_speed)
     position = position + velocity
-    position = np.clip(position, min_pos, max_pos)
+    position = np.clip(position, min_pos, p.max_position)
     velocity = np.where((position == min_pos) & (velocity < 0), T(0), velocity)
-    terminated = (position >= goal_pos) & (velocity >= goal_vel)
+    terminated = (position >= p.goal_position) & (velocity >= p.goal_velocity)
     return (position, velocity), np.full_like(position, -1), terminated
 
 
 def observe(state: State) -> np.ndarray:
     return np.stack(state, axis=1)
+
+
+def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Across the region, with quarters at the left wall, near the goal and at the speed clip."""
+    s = rng.uniform([-1.2, -0.07], [0.6, 0.07], (n, 2))
+    k = n // 4
+    s[:k, 0] = -1.2 + rng.uniform(0, 0.01, k)  # left wall with negative velocity
+    s[:k, 1] = -rng.uniform(0, 0.07, k)
+    s[k : 2 * k, 0] = rng.uniform(0.4, 0.6, k)  # near the goal
+    s[2 * k : 3 * k, 1] = rng.choice([-0.07, 0.07], k) * rng.uniform(0.97, 1.0, k)  # speed clip
+    return s
 
 
 SPEC = EnvSpec(
@@ -66,10 +72,12 @@ SPEC = EnvSpec(
     action_high=0.0,
     state_limit=None,
     max_episode_steps=200,
-    defaults=DEFAULTS,
-    param_names=PARAM_NAMES,
-    kernel_params=kernel_params,
+    params=PARAMS,
+    constraints=CONSTRAINTS,
     reset=reset,
     step=step,
     observe=observe,
+    test_state_box=((-1.2, -0.07), (0.6, 0.07)),
+    parity_states=parity_states,
+    parity_tolerance={"float64": 1e-14, "float32": 1e-7},
 )

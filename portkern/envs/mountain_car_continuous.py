@@ -4,57 +4,54 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import EnvSpec, State
+from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State
+from .mountain_car import parity_states
 
-DEFAULTS = {
-    "min_action": -1.0,
-    "max_action": 1.0,
-    "min_position": -1.2,
-    "max_position": 0.6,
-    "max_speed": 0.07,
-    "goal_position": 0.45,
-    "goal_velocity": 0.0,
-    "power": 0.0015,
-    "gravity": 0.0025,  # a literal in Gymnasium's step; a parameter here
-    "reset_low": -0.6,
-    "reset_high": -0.4,
-}
+PARAMS = (
+    Param("min_action", -1.0),
+    Param("max_action", 1.0),
+    Param("min_position", -1.2),
+    Param("max_position", 0.6),
+    Param("max_speed", 0.07, "positive"),
+    Param("goal_position", 0.45),
+    Param("goal_velocity", 0.0),
+    Param("power", 0.0015),
+    Param("gravity", 0.0025, doc="a literal in Gymnasium's step; a parameter here"),
+    Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),
+    Param("reset_high", -0.4),
+    Derived("reset_center", lambda p: (p["reset_low"] + p["reset_high"]) / 2),
+    Derived("reset_half", lambda p: (p["reset_high"] - p["reset_low"]) / 2),
+)
 
-PARAM_NAMES = (
-    "min_action", "max_action", "min_position", "max_position", "max_speed",
-    "goal_position", "goal_velocity", "power", "gravity", "reset_center", "reset_half",
+CONSTRAINTS = (
+    Constraint("min_action <= max_action", ("min_action", "max_action"), lambda p: p["min_action"] <= p["max_action"]),
+    Constraint("min_position < max_position", ("min_position", "max_position"),
+               lambda p: p["min_position"] < p["max_position"]),
+    Constraint("reset_low <= reset_high", ("reset_low", "reset_high"), lambda p: p["reset_low"] <= p["reset_high"]),
 )  # fmt: skip
 
 
-def kernel_params(p):
-    return [
-        p["min_action"], p["max_action"], p["min_position"], p["max_position"], p["max_speed"],
-        p["goal_position"], p["goal_velocity"], p["power"], p["gravity"],
-        (p["reset_low"] + p["reset_high"]) / 2, (p["reset_high"] - p["reset_low"]) / 2,
-    ]  # fmt: skip
-
-
-def reset(sym: np.ndarray, kp: np.ndarray) -> State:
-    position = kp[9] + kp[10] * sym[:, 0]
+def reset(sym: np.ndarray, p: KernelParams) -> State:
+    position = p.reset_center + p.reset_half * sym[:, 0]
     return (position, np.zeros_like(position))
 
 
-def step(state: State, action: np.ndarray, kp: np.ndarray):
+def step(state: State, action: np.ndarray, p: KernelParams):
     # Gymnasium keeps this env's state in float32 and mixes in one float64 cos; the reference
     # computes in the env dtype throughout (see README, "Where the reference differs").
-    T = kp.dtype.type
+    T = p.dtype.type
     position, velocity = state
-    min_a, max_a, min_pos, max_pos, max_speed, goal_pos, goal_vel, power, gravity, _, _ = kp
-    a = action.astype(kp.dtype)
-    force = np.minimum(np.maximum(a, min_a), max_a)
-    velocity = velocity + (force * power - gravity * np.cos(T(3) * position))
+    max_speed, min_pos = p.max_speed, p.min_position
+    a = action.astype(p.dtype)
+    force = np.minimum(np.maximum(a, p.min_action), p.max_action)
+    velocity = velocity + (force * p.power - p.gravity * np.cos(T(3) * position))
     velocity = np.minimum(velocity, max_speed)
     velocity = np.maximum(velocity, -max_speed)
     position = position + velocity
-    position = np.minimum(position, max_pos)
+    position = np.minimum(position, p.max_position)
     position = np.maximum(position, min_pos)
     velocity = np.where((position == min_pos) & (velocity < 0), T(0), velocity)
-    terminated = (position >= goal_pos) & (velocity >= goal_vel)
+    terminated = (position >= p.goal_position) & (velocity >= p.goal_velocity)
     # The action cost uses the unclipped action, as Gymnasium's does.
     reward = np.where(terminated, T(100), T(0)) - a * a * T(0.1)
     return (position, velocity), reward, terminated
@@ -75,10 +72,13 @@ SPEC = EnvSpec(
     action_high=1.0,
     state_limit=None,
     max_episode_steps=999,
-    defaults=DEFAULTS,
-    param_names=PARAM_NAMES,
-    kernel_params=kernel_params,
+    params=PARAMS,
+    constraints=CONSTRAINTS,
     reset=reset,
     step=step,
     observe=observe,
+    test_state_box=((-1.2, -0.07), (0.6, 0.07)),
+    # Same valley as MountainCar-v0: the same wall, goal and speed-clip regions.
+    parity_states=parity_states,
+    parity_tolerance={"float64": 1e-14, "float32": 1e-7},
 )

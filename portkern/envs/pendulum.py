@@ -6,40 +6,30 @@ import math
 
 import numpy as np
 
-from .base import EnvSpec, State
+from .base import Derived, EnvSpec, KernelParams, Param, State
 
 #: Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
 #: NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact.
 square = np.square
 
-DEFAULTS = {
-    "max_speed": 8.0,
-    "max_torque": 2.0,
-    "dt": 0.05,
-    "g": 10.0,
-    "m": 1.0,
-    "l": 1.0,
-    "x_init": math.pi,  # reset: theta ~ U[-x_init, x_init]
-    "y_init": 1.0,  # reset: theta_dot ~ U[-y_init, y_init]
-}
-
-PARAM_NAMES = (
-    "max_speed", "max_torque", "dt", "x_init", "y_init",
-    "grav_coef", "torque_coef", "pi", "two_pi",
-)  # fmt: skip
-
-
-def kernel_params(p):
-    return [
-        p["max_speed"], p["max_torque"], p["dt"], p["x_init"], p["y_init"],
-        3 * p["g"] / (2 * p["l"]),  # Gymnasium: 3 * g / (2 * l), in Python floats
-        3.0 / (p["m"] * p["l"] ** 2),  # Gymnasium: 3.0 / (m * l**2)
-        math.pi, 2 * math.pi,
-    ]  # fmt: skip
+PARAMS = (
+    Param("max_speed", 8.0, "positive"),
+    Param("max_torque", 2.0, "positive"),
+    Param("dt", 0.05, "positive"),
+    Param("g", 10.0),
+    Param("m", 1.0, "positive"),
+    Param("l", 1.0, "positive"),
+    Param("x_init", math.pi, "nonnegative", "reset: theta ~ U[-x_init, x_init]"),
+    Param("y_init", 1.0, "nonnegative", "reset: theta_dot ~ U[-y_init, y_init]"),
+    Derived("grav_coef", lambda p: 3 * p["g"] / (2 * p["l"]), "Gymnasium: 3 * g / (2 * l), in Python floats"),
+    Derived("torque_coef", lambda p: 3.0 / (p["m"] * p["l"] ** 2), "Gymnasium: 3.0 / (m * l**2)"),
+    Derived("pi", lambda p: math.pi),
+    Derived("two_pi", lambda p: 2 * math.pi),
+)
 
 
-def reset(sym: np.ndarray, kp: np.ndarray) -> State:
-    return (kp[3] * sym[:, 0], kp[4] * sym[:, 1])
+def reset(sym: np.ndarray, p: KernelParams) -> State:
+    return (p.x_init * sym[:, 0], p.y_init * sym[:, 1])
 
 
 def angle_normalize(x: np.ndarray, pi, two_pi) -> np.ndarray:
@@ -47,18 +37,18 @@ def angle_normalize(x: np.ndarray, pi, two_pi) -> np.ndarray:
     return np.remainder(x + pi, two_pi) - pi
 
 
-def step(state: State, action: np.ndarray, kp: np.ndarray):
-    T = kp.dtype.type
+def step(state: State, action: np.ndarray, p: KernelParams):
+    T = p.dtype.type
     th, thdot = state
-    max_speed, max_torque, dt, _, _, grav_coef, torque_coef, pi, two_pi = kp
+    max_speed, max_torque, dt = p.max_speed, p.max_torque, p.dt
     # The action is float32 (the action space's dtype). Gymnasium's torque terms then stay in
     # float32 (NumPy 2 keeps Python-float * float32 in float32) and are promoted afterwards;
     # mirroring that is what makes the float64 reference bit-exact.
     u = np.clip(action.astype(np.float32), np.float32(-max_torque), np.float32(max_torque))
     u_cost = (np.float32(0.001) * square(u)).astype(T)
-    u_acc = (np.float32(torque_coef) * u).astype(T)
-    costs = square(angle_normalize(th, pi, two_pi)) + T(0.1) * square(thdot) + u_cost
-    newthdot = thdot + (grav_coef * np.sin(th) + u_acc) * dt
+    u_acc = (np.float32(p.torque_coef) * u).astype(T)
+    costs = square(angle_normalize(th, p.pi, p.two_pi)) + T(0.1) * square(thdot) + u_cost
+    newthdot = thdot + (p.grav_coef * np.sin(th) + u_acc) * dt
     newthdot = np.clip(newthdot, -max_speed, max_speed)
     newth = th + newthdot * dt
     return (newth, newthdot), -costs, np.zeros(th.shape, dtype=bool)
@@ -69,21 +59,31 @@ def observe(state: State) -> np.ndarray:
     return np.stack([np.cos(th), np.sin(th), thdot], axis=1)
 
 
+def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Across the region, a third at the speed clip, a sixth exactly at +-pi (the angle wrap)."""
+    s = rng.uniform([-8, -9], [8, 9], (n, 2))
+    s[: n // 3, 1] = rng.choice([-8.0, 8.0], n // 3) + rng.normal(0, 0.05, n // 3)
+    s[n // 3 : n // 2, 0] = rng.choice([-math.pi, math.pi], n // 2 - n // 3)
+    return s
+
+
 SPEC = EnvSpec(
     id="Pendulum-v1",
     kernel="pendulum",
     state_names=("theta", "theta_dot"),
     obs_dim=3,
-    obs_low=(-1.0, -1.0, -DEFAULTS["max_speed"]),
-    obs_high=(1.0, 1.0, DEFAULTS["max_speed"]),
+    obs_low=(-1.0, -1.0, -8.0),
+    obs_high=(1.0, 1.0, 8.0),
     discrete_actions=None,
-    action_high=DEFAULTS["max_torque"],
+    action_high=2.0,
     state_limit=None,
     max_episode_steps=200,
-    defaults=DEFAULTS,
-    param_names=PARAM_NAMES,
-    kernel_params=kernel_params,
+    params=PARAMS,
     reset=reset,
     step=step,
     observe=observe,
+    test_state_box=((-math.pi, -8.0), (math.pi, 8.0)),
+    parity_states=parity_states,
+    # Pendulum's cost squares an angle up to pi and a speed up to 8.
+    parity_tolerance={"float64": 1e-12, "float32": 1e-5},
 )
