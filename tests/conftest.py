@@ -17,7 +17,7 @@ if (
 import numpy as np
 import pytest
 
-from portkern.backends import KNOWN, get_backend, probe
+from portkern.backends import get_backend, names, probe
 
 #: Backends a CPU-only machine with the test extra installed can always run: CI fails, never
 #: skips, when one is missing. PORTKERN_REQUIRE overrides (e.g. "numpy,opencl,numba,cupy" on a GPU).
@@ -28,7 +28,7 @@ REQUIRED = tuple(
 
 def _backend_params(include_numpy: bool = True):
     params = []
-    for name in KNOWN:
+    for name in names():
         if name == "numpy" and not include_numpy:
             continue
         p = probe(name)
@@ -66,7 +66,7 @@ def rng():
 
 def pytest_report_header(config):
     lines = []
-    for name in KNOWN:
+    for name in names():
         p = probe(name)
         state = "available" if p.available else f"unavailable ({p.reason})"
         if p.simulator:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,30 +13,8 @@ N_STATES = 1200
 
 
 def _states(env_id: str, rng: np.random.Generator) -> np.ndarray:
-    """States across the whole region, with a third of them packed near thresholds and clips."""
-    n = N_STATES
-    if env_id == "CartPole-v1":
-        s = rng.uniform([-2.6, -4, -0.25, -4], [2.6, 4, 0.25, 4], (n, 4))
-        k = n // 3
-        s[:k, 0] = rng.choice([-2.4, 2.4], k) + rng.normal(0, 1e-3, k)
-        s[k : 2 * k, 2] = rng.choice([-1, 1], k) * (12 * 2 * math.pi / 360) + rng.normal(0, 1e-4, k)
-    elif env_id == "Pendulum-v1":
-        s = rng.uniform([-8, -9], [8, 9], (n, 2))
-        s[: n // 3, 1] = rng.choice([-8.0, 8.0], n // 3) + rng.normal(0, 0.05, n // 3)
-        s[n // 3 : n // 2, 0] = rng.choice([-math.pi, math.pi], n // 2 - n // 3)
-    elif env_id in ("MountainCar-v0", "MountainCarContinuous-v0"):
-        s = rng.uniform([-1.2, -0.07], [0.6, 0.07], (n, 2))
-        k = n // 4
-        s[:k, 0] = -1.2 + rng.uniform(0, 0.01, k)  # left wall with negative velocity
-        s[:k, 1] = -rng.uniform(0, 0.07, k)
-        s[k : 2 * k, 0] = rng.uniform(0.4, 0.6, k)  # near the goal
-        s[2 * k : 3 * k, 1] = rng.choice([-0.07, 0.07], k) * rng.uniform(0.97, 1.0, k)  # speed clip
-    else:  # Acrobot-v1
-        s = rng.uniform([-math.pi, -math.pi, -4 * math.pi, -9 * math.pi],
-                        [math.pi, math.pi, 4 * math.pi, 9 * math.pi], (n, 4))  # fmt: skip
-        s[: n // 4, 2:] *= 1.05  # beyond the velocity bounds: clipping
-        s[n // 4 : n // 2, 0] = rng.choice([-math.pi, math.pi], n // 4) * rng.uniform(0.98, 1.0, n // 4)
-    return s
+    """States across the whole region, with some packed near thresholds and clips (the env's own facts)."""
+    return envs.get(env_id).parity_states(rng, N_STATES)
 
 
 def _actions(spec, rng: np.random.Generator) -> np.ndarray:

@@ -14,17 +14,12 @@ from .envstates import random_actions, random_states
 
 ENV_IDS = list(envs.ENVS)
 
-# Tolerances for one step from identical states. Kernels do the reference's arithmetic in the
-# same order with contraction off; what differs is the device's libm (sin/cos within a few ulp),
-# amplified by the dynamics: Acrobot's RK4 feeds sin/cos through four derivative evaluations
-# with d2/d1 divisions, Pendulum's cost squares an angle up to pi and a speed up to 8.
-TOL = {
-    ("float64", "CartPole-v1"): 1e-12, ("float32", "CartPole-v1"): 2e-6,
-    ("float64", "Pendulum-v1"): 1e-12, ("float32", "Pendulum-v1"): 1e-5,
-    ("float64", "MountainCar-v0"): 1e-14, ("float32", "MountainCar-v0"): 1e-7,
-    ("float64", "MountainCarContinuous-v0"): 1e-14, ("float32", "MountainCarContinuous-v0"): 1e-7,
-    ("float64", "Acrobot-v1"): 1e-10, ("float32", "Acrobot-v1"): 5e-4,
-}  # fmt: skip
+# Tolerances for one step from identical states: each env's spec.parity_tolerance. Kernels do
+# the reference's arithmetic in the same order with contraction off; what differs is the
+# device's libm (sin/cos within a few ulp), amplified by the dynamics (the reasons are in each
+# env module).
+TOL = {(dtype, env_id): spec.parity_tolerance[dtype] for env_id, spec in envs.ENVS.items()
+       for dtype in ("float32", "float64")}  # fmt: skip
 
 
 def np_(x):

@@ -214,3 +214,34 @@ def test_gather_rejects_bad_indices(backend, indices, exc, match):
 def test_buffer_ops_reject_foreign_arrays():
     with pytest.raises(TypeError, match="cannot tell the backend"):
         buffer.normalize([1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "env_id,params,match",
+    [
+        pytest.param("CartPole-v1", {"length": 0.0}, r"params\['length'\]: expected a finite number > 0 \(positive\), got 0\.0",
+                     id="zero-length"),
+        pytest.param("CartPole-v1", {"masspole": -0.1}, r"params\['masspole'\]: expected a finite number > 0", id="negative-mass"),
+        pytest.param("CartPole-v1", {"tau": float("inf")}, r"params\['tau'\]: expected a finite number > 0", id="inf-dt"),
+        pytest.param("CartPole-v1", {"x_threshold": -2.4}, r"params\['x_threshold'\]", id="negative-threshold"),
+        pytest.param("CartPole-v1", {"reset_bound": -0.05}, r"params\['reset_bound'\]: expected a finite number >= 0",
+                     id="negative-bound"),
+        pytest.param("Pendulum-v1", {"dt": 0.0}, r"params\['dt'\]", id="zero-dt"),
+        pytest.param("Acrobot-v1", {"link_mass_2": 0.0}, r"params\['link_mass_2'\]", id="zero-link-mass"),
+        pytest.param("MountainCar-v0", {"reset_low": 0.0},
+                     r"needs reset_low <= reset_high, got reset_low=0\.0, reset_high=-0\.4", id="empty-reset-range"),
+        pytest.param("MountainCarContinuous-v0", {"min_action": 2.0}, r"needs min_action <= max_action", id="action-range"),
+        pytest.param("CartPole-v1", {"total_mass": 2.0}, r"no parameter 'total_mass' \(a derived constant", id="derived"),
+        pytest.param("CartPole-v1", {"gravity": True}, r"params\['gravity'\]: expected a number", id="bool"),
+    ],
+)  # fmt: skip
+def test_make_rejects_params_outside_their_domain(env_id, params, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        step.make(env_id, 4, params=params)
+
+
+def test_params_inside_their_domain_are_accepted_and_used():
+    env = step.make("CartPole-v1", 4, params={"gravity": 1.62, "reset_bound": 0.0})
+    env.reset()
+    assert env.params["gravity"] == 1.62
+    np.testing.assert_array_equal(env.get_state()["state"], 0.0)  # reset_bound 0: every state starts at 0

@@ -8,10 +8,10 @@ from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State
 
 PARAMS = (
     Param("min_position", -1.2),
-    Param("max_position", 0.6),
+    Param("max_position", 0.6, perturb=0.52),  # inward: the states near the right wall then clip
     Param("max_speed", 0.07, "positive"),
     Param("goal_position", 0.5),
-    Param("goal_velocity", 0.0),
+    Param("goal_velocity", 0.0, perturb=0.03),
     Param("force", 0.001),
     Param("gravity", 0.0025),
     Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),

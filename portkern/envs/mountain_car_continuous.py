@@ -11,10 +11,10 @@ PARAMS = (
     Param("min_action", -1.0),
     Param("max_action", 1.0),
     Param("min_position", -1.2),
-    Param("max_position", 0.6),
+    Param("max_position", 0.6, perturb=0.52),  # inward: the states near the right wall then clip
     Param("max_speed", 0.07, "positive"),
     Param("goal_position", 0.45),
-    Param("goal_velocity", 0.0),
+    Param("goal_velocity", 0.0, perturb=0.03),
     Param("power", 0.0015),
     Param("gravity", 0.0025, doc="a literal in Gymnasium's step; a parameter here"),
     Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),
