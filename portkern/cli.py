@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import __version__
 from .backends import backends, get_backend
 from .envs import ENVS
+
+MAX_ITEMS = 2**31 - 1  # env indices and element counts are int32 in kernels
+
+
+def select_backends(names: Sequence[str], device: str | None) -> list[Any]:
+    """The registry records of the backends named (all when none) that are available here, keeping only
+    those with a device whose name contains ``device``; every error lists the valid choices.
+
+    ``names`` are ``--backend`` values (repeatable, or comma-separated). Called before anything runs.
+    """
+    records = backends()
+    known = [r.name for r in records]
+    available = [r.name for r in records if r.available]
+    wanted = [s.strip() for n in names for s in n.split(",") if s.strip()]
+    for name in wanted:
+        if name not in known:
+            raise ValueError(f"--backend {name}: unknown backend; valid names: {', '.join(known)}")
+        rec = records[known.index(name)]
+        if not rec.available:
+            raise ValueError(f"--backend {name}: unavailable here ({rec.reason}); available: {', '.join(available)}")
+    usable = [r for r in records if r.available and (not wanted or r.name in wanted)]
+    if device is not None:
+        matching = [r for r in usable if any(device.lower() in d.lower() for d in r.devices)]
+        if not device.strip() or not matching:
+            found = "; ".join(f"{r.name}: {', '.join(r.devices) or '-'}" for r in usable)
+            raise ValueError(f"--device {device!r}: no device of {', '.join(r.name for r in usable)} matches "
+                             f"(a substring of a device name); devices found: {found}")  # fmt: skip
+        usable = matching
+    return usable
 
 
 def _console():
@@ -56,13 +86,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Step every env on every available backend for a moment and print the throughput."""
     from . import step
 
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise ValueError(f"--seconds: expected a number of seconds > 0, got {args.seconds:g}")
+    if not 1 <= args.num_envs <= MAX_ITEMS:
+        raise ValueError(f"--num-envs: expected an int in [1, {MAX_ITEMS}], got {args.num_envs}")
     rng = np.random.default_rng(0)
-    names = [r.name for r in backends() if r.available and not r.simulator]
-    if args.backend:
-        names = [args.backend]
+    records = select_backends([args.backend] if args.backend else [], args.device)
+    # Without --backend: the real devices only (a simulator would take minutes per env).
+    names = [r.name for r in records if args.backend or not r.simulator]
+    selected = [get_backend(name, args.device) for name in names]  # every device opened before any output
     print(f"{'backend':8s} {'env':26s} {'num_envs':>9s} {'steps/s':>14s}")
-    for name in names:
-        b = get_backend(name, args.device)
+    for name, b in zip(names, selected):
         for env_id, spec in ENVS.items():
             env = step.make(env_id, args.num_envs, backend=b, seed=0)
             env.reset()
@@ -94,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None, help="only this backend")
     p.add_argument("--device", default=None, help="device substring (e.g. pocl, nvidia, cpu, gpu)")
     p.add_argument("--num-envs", type=int, default=65536)
-    p.add_argument("--seconds", type=float, default=0.5, help="time per env and backend")
+    p.add_argument("--seconds", type=float, default=0.5, help="time per env and backend (> 0)")
     p.set_defaults(func=cmd_demo)
     try:
         from .portability import commands
@@ -110,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:  # OSError: a file or folder named on the line
         print(f"portkern {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,9 +1,11 @@
-"""The portkern command: devices and demo."""
+"""The portkern command: devices, demo and cost; bad arguments exit 2 with a message, before any output."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 from portkern import cli
 
@@ -57,3 +59,21 @@ def test_devices_prints_pip_extras_verbatim(capsys, monkeypatch):
         name == "numpy", "" if name == "numpy" else "cupy is not installed: pip install 'portkern[cuda]'"))
     assert cli.main(["devices"]) == 0
     assert "portkern[cuda]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0", "nan"])
+def test_demo_rejects_a_non_positive_duration_before_stepping(seconds, capsys):
+    assert cli.main(["demo", "--backend", "numpy", "--seconds", seconds]) == 2
+    out, err = capsys.readouterr()
+    assert "--seconds: expected a number of seconds > 0" in err and out == ""
+
+
+def test_demo_rejects_a_non_positive_env_count(capsys):
+    assert cli.main(["demo", "--backend", "numpy", "--num-envs", "0"]) == 2
+    assert "--num-envs: expected an int in [1, " in capsys.readouterr().err
+
+
+def test_demo_names_the_devices_found_for_an_unknown_device(capsys):
+    assert cli.main(["demo", "--device", "tpu-v9", "--seconds", "0.01"]) == 2
+    out, err = capsys.readouterr()
+    assert "--device 'tpu-v9': no device of" in err and "devices found: numpy: " in err and out == ""

@@ -1,4 +1,4 @@
-"""Gymnasium vector-env adapter: spaces, autoreset conventions, wrappers, seeding and registration."""
+"""Gymnasium adapters: the vector env (spaces, autoreset modes, seeding), the single env, and registration."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 
 gymnasium = pytest.importorskip("gymnasium")
 
-from gymnasium.vector import AutoresetMode  # noqa: E402
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 from gymnasium.vector.utils import batch_space  # noqa: E402
 from gymnasium.wrappers.vector import RecordEpisodeStatistics  # noqa: E402
 
 import portkern  # noqa: E402
 from portkern.backends import Backend  # noqa: E402
-from portkern.gym import PortkernVectorEnv, make_vec  # noqa: E402
+from portkern.gym import PortkernEnv, PortkernVectorEnv, make_vec  # noqa: E402
 
 N = 4
 # CartPole state (x, x_dot, theta, theta_dot): x_dot * tau carries x past 2.4 in one step.
@@ -88,6 +89,60 @@ def test_outputs_are_copies_not_the_reused_env_buffers(backend: Backend) -> None
 
 
 # ---- autoreset -----------------------------------------------------------------------------------
+def test_default_autoreset_is_gymnasiums_next_step() -> None:
+    assert make_vec("CartPole-v1", N, seed=0).metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    env = gymnasium.make_vec("portkern/CartPole-v1", N)
+    assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    assert env.env.autoreset == "next_step"
+
+
+@pytest.mark.parametrize("value", [AutoresetMode.SAME_STEP, "SameStep"], ids=["enum", "value"])
+def test_gymnasium_make_vec_autoreset_mode_kwarg_selects_same_step(value) -> None:
+    # Gymnasium passes a vector entry point its arguments as kwargs (vector_kwargs are for sync/async).
+    env = gymnasium.make_vec("portkern/CartPole-v1", N, autoreset_mode=value)
+    assert isinstance(env, PortkernVectorEnv) and env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+
+
+def test_portkern_autoreset_kwarg_selects_same_step() -> None:
+    env = gymnasium.make_vec("portkern/CartPole-v1", N, autoreset="same_step")
+    assert env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+
+
+def test_autoreset_mode_disabled_is_rejected_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="autoreset_mode: expected AutoresetMode.NEXT_STEP or AutoresetMode.SAME_STEP"):
+        make_vec("CartPole-v1", N, autoreset_mode=AutoresetMode.DISABLED)
+
+
+def test_conflicting_autoreset_spellings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="disagree"):
+        make_vec("CartPole-v1", N, autoreset="next_step", autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next_step", "same_step"])
+def test_sync_vectorization_with_vector_kwargs_uses_the_single_env(mode: AutoresetMode) -> None:
+    env = gymnasium.make_vec("portkern/CartPole-v1", N, vectorization_mode="sync",
+                             vector_kwargs={"autoreset_mode": mode})  # fmt: skip
+    assert isinstance(env, SyncVectorEnv) and env.metadata["autoreset_mode"] is mode
+    assert all(isinstance(e.unwrapped, PortkernEnv) for e in env.envs)
+    env.reset(seed=0)
+    saw_final_obs = False
+    for _ in range(60):  # always pushing left ends an episode within ~10 steps
+        *_, infos = env.step(np.zeros(N, dtype=np.int64))
+        saw_final_obs |= "final_obs" in infos
+    assert saw_final_obs is (mode is AutoresetMode.SAME_STEP)
+
+
+def test_vector_kwargs_on_the_batch_route_fail_as_for_gymnasiums_own_cartpole() -> None:
+    # Gymnasium refuses vector_kwargs for every vector entry point (its own CartPole-v1 too), before
+    # portkern is called: the batch takes autoreset_mode= as a kwarg, the sync route takes vector_kwargs.
+    kwargs = {"vector_kwargs": {"autoreset_mode": AutoresetMode.SAME_STEP}}
+    with pytest.raises(gymnasium.error.Error) as theirs:
+        gymnasium.make_vec("CartPole-v1", N, **kwargs)
+    with pytest.raises(gymnasium.error.Error) as ours:
+        gymnasium.make_vec("portkern/CartPole-v1", N, **kwargs)
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_same_step_final_obs_follow_sync_vector_env_convention(backend: Backend) -> None:
     env = cartpole("same_step", backend=backend)
     finish_env0_and_truncate_env1(env)
@@ -132,7 +187,7 @@ def test_next_step_resets_on_the_following_call_with_zero_reward(backend: Backen
 
 # ---- wrappers ------------------------------------------------------------------------------------
 def test_record_episode_statistics_same_step_counts_every_step() -> None:
-    env = RecordEpisodeStatistics(make_vec("CartPole-v1", N, seed=3))
+    env = RecordEpisodeStatistics(make_vec("CartPole-v1", N, seed=3, autoreset="same_step"))
     env.reset()
     rng = np.random.default_rng(0)
     dones, reported = [], [[] for _ in range(N)]
@@ -241,3 +296,71 @@ def test_make_vec_by_namespace_after_importing_portkern_only():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+# ---- the single env ------------------------------------------------------------------------------
+@pytest.mark.parametrize("env_id", sorted(portkern.envs.ENVS))
+def test_single_env_passes_gymnasiums_env_checker(env_id: str) -> None:
+    env = gymnasium.make(f"portkern/{env_id}")
+    assert isinstance(env.unwrapped, PortkernEnv)
+    check_env(env.unwrapped)
+
+
+@pytest.mark.parametrize("env_id", sorted(portkern.envs.ENVS))
+def test_single_env_spaces_equal_gymnasiums(env_id: str) -> None:
+    ours, theirs = gymnasium.make(f"portkern/{env_id}"), gymnasium.make(env_id)
+    assert ours.observation_space == theirs.observation_space
+    assert ours.action_space == theirs.action_space
+    assert ours.spec.max_episode_steps == theirs.spec.max_episode_steps
+
+
+def test_single_env_is_env_zero_of_the_batch(backend: Backend) -> None:
+    single = PortkernEnv("CartPole-v1", backend=backend)
+    batch = make_vec("CartPole-v1", N, seed=5, autoreset="next_step", backend=backend)
+    obs, info = single.reset(seed=5)
+    np.testing.assert_array_equal(obs, batch.reset(seed=5)[0][0])
+    assert obs.shape == (4,) and obs.dtype == np.float32 and info == {}
+    for t in range(8):
+        obs, rew, term, trunc, info = single.step(t % 2)
+        b_obs, b_rew, b_term, b_trunc, _ = batch.step(np.full(N, t % 2))
+        np.testing.assert_array_equal(obs, b_obs[0])
+        assert (rew, term, trunc, info) == (b_rew[0], b_term[0], b_trunc[0], {})
+        assert type(rew) is float and type(term) is bool and type(trunc) is bool
+
+
+def test_single_env_returns_the_obs_it_ended_with_then_resets_on_request() -> None:
+    env = gymnasium.make("portkern/CartPole-v1")
+    env.reset(seed=0)
+    env.unwrapped.env.set_state(np.array([ABOUT_TO_TERMINATE]))
+    obs, _, term, trunc, _ = env.step(0)
+    assert term and not trunc and obs[0] > 2.4  # the terminal obs, not a reset one
+    obs, _ = env.reset()
+    assert np.abs(obs).max() <= 0.05
+
+
+def test_single_env_truncates_at_the_episode_limit() -> None:
+    env = gymnasium.make("portkern/CartPole-v1")
+    env.reset(seed=0)
+    env.unwrapped.env.set_state(np.zeros((1, 4)), np.array([499]))
+    _, _, term, trunc, _ = env.step(0)
+    assert trunc and not term
+
+
+def test_single_env_unseeded_resets_differ_between_envs() -> None:
+    first, _ = gymnasium.make("portkern/CartPole-v1").reset()
+    second, _ = gymnasium.make("portkern/CartPole-v1").reset()
+    assert not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize(("env_id", "action"), [("CartPole-v1", 2), ("CartPole-v1", 0.5), ("Pendulum-v1", [0.1, 0.2]),
+                                                ("Pendulum-v1", [np.nan])])  # fmt: skip
+def test_single_env_rejects_a_bad_action_naming_the_space(env_id: str, action) -> None:
+    env = PortkernEnv(env_id)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action: expected .*(Discrete|Box)"):
+        env.step(action)
+
+
+def test_single_env_rejects_render_modes() -> None:
+    with pytest.raises(ValueError, match="render_mode: portkern envs do not render"):
+        PortkernEnv("CartPole-v1", render_mode="rgb_array")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..cli import MAX_ITEMS, select_backends
 from . import cost, report
 
 #: pytest-benchmark timing per case: --quick keeps the whole suite under 3 minutes on 2 CPU cores.
@@ -86,8 +87,8 @@ def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[in
         argv.append(f"--pk-machine={args.machine}")
     if tune:
         argv.append("--pk-tune")
-    steps = args.rollout_steps or (QUICK_ROLLOUT_STEPS if args.quick else None)
-    if steps:
+    steps = args.rollout_steps if args.rollout_steps is not None else (QUICK_ROLLOUT_STEPS if args.quick else None)
+    if steps is not None:
         argv.append(f"--pk-rollout-steps={steps}")
     captured = io.StringIO()
     with Progress(TextColumn("{task.description:60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -98,25 +99,91 @@ def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[in
     return code, plugin.failed, captured.getvalue()
 
 
+def check_out(path: str, *, create: bool) -> Path:
+    """``--out``: a folder, new or existing, that this process can write; ``create`` makes it now.
+
+    Checked before anything runs, by writing (and removing) a file where the output will go, so a
+    read-only location fails here rather than after the benchmark.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: an existing file; expected a folder (new or existing) for the results and "
+                         "the report")  # fmt: skip
+    parent = out
+    while not parent.exists() and parent != parent.parent:  # the nearest folder that exists
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--out {out}: {parent} is a file, so no folder can be made there")
+    try:
+        if create:
+            out.mkdir(parents=True, exist_ok=True)
+            parent = out
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".portkern-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
+    return out
+
+
+def check_sizes(text: str | None) -> None:
+    if text is None or text in ("quick", "full"):
+        return
+    expected = f"expected quick, full or N[,N...] with each N an item count in [1, {MAX_ITEMS}]"
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--sizes {text}: {expected}") from None
+    bad = [n for n in sizes if not 1 <= n <= MAX_ITEMS]
+    if bad:
+        raise ValueError(f"--sizes {text}: {expected}; got {', '.join(map(str, bad))}")
+
+
+def check_run_options(args: argparse.Namespace) -> dict[str, dict[str, float]] | None:
+    """Every option of bench/tune, checked before the suite runs (the workload mixes are returned)."""
+    mixes = _mixes(args)
+    check_sizes(args.sizes)
+    if args.rollout_steps is not None and not 1 <= args.rollout_steps <= MAX_ITEMS:
+        raise ValueError(f"--rollout-steps: expected an int in [1, {MAX_ITEMS}] (steps per rollout), "
+                         f"got {args.rollout_steps}")  # fmt: skip
+    if args.machine is not None and not args.machine.strip():
+        raise ValueError("--machine: expected a non-empty label")
+    select_backends(args.backend, args.device)
+    return mixes
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
     t0 = time.perf_counter()
-    out = Path(args.out)
-    with tempfile.TemporaryDirectory(prefix="portkern-bench-") as tmp:
-        json_path = Path(tmp) / "results.json"
-        code, failed, captured = run_suite(json_path, args, tune)
-        if code not in (0, 1) or not json_path.exists():
-            sys.stderr.write(captured[-4000:])
-            raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
-        extra = {"results.json": str(json_path)}
+    mixes = check_run_options(args)
+    out = check_out(args.out, create=True)
+    # The suite writes straight into the output folder, so the measurements are kept whatever happens
+    # to the report (and a path printed in the log is where the file stays).
+    json_path = out / "results.json"
+    before = _stamp(json_path)
+    code, failed, captured = run_suite(json_path, args, tune)
+    if code not in (0, 1) or _stamp(json_path) in (None, before):
+        sys.stderr.write(captured[-4000:])
+        raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
+    try:
         if tune:
             from .tune import write_tuned
 
-            write_tuned(json_path, Path(tmp) / "tuned.json")
-            extra["tuned.json"] = str(Path(tmp) / "tuned.json")
-        rep = report.write([str(json_path)], out, _mixes(args), extra_files=extra,
-                           source_names=[str(out / "results.json")])
+            write_tuned(json_path, out / "tuned.json")
+        rep = report.write([str(json_path)], out, mixes)
+    except Exception as exc:
+        raise RuntimeError(f"the report could not be built ({type(exc).__name__}: {exc}); the measurements are "
+                           f"kept in {json_path}: `portkern report {json_path} --out {out}` builds it "
+                           "again") from exc  # fmt: skip
     _print_tables(report.headline(rep))
-    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir()))} to {out} in {time.perf_counter() - t0:.0f} s")
+    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir() if not p.name.startswith('.')))} to {out} "
+          f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
     if failed:
         print(f"{len(failed)} case(s) failed (recorded as fail in the report):", file=sys.stderr)
         for f in failed:
@@ -146,7 +213,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Merge run files from any machines into report.md, report.json and plots."""
-    rep = report.write(args.runs, args.out, _mixes(args))
+    mixes = _mixes(args)
+    out = check_out(args.out, create=False)  # made only once every run file has been read and checked
+    rep = report.write(args.runs, out, mixes)
     _print_tables(report.headline(rep))
     print(f"wrote report.md, report.json and plots to {args.out}")
     return 0
@@ -179,11 +248,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
     p.add_argument("--device", default=None, help="only devices whose name contains this substring")
     p.add_argument("--quick", action="store_true", help="small sizes and short timing (< 3 min on 2 CPU cores)")
-    p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items")
+    p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items (N >= 1)")
     p.add_argument("--rollout-steps", type=int, default=None, metavar="T",
                    help="steps per rollout of the data-path cases (default 128; 32 with --quick)")
     p.add_argument("--machine", default=None, help="label of this machine in reports (default: hostname)")
-    p.add_argument("--out", default="out/bench", help="output folder (default: out/bench)")
+    p.add_argument("--out", default="out/bench", help="output folder, new or existing (default: out/bench)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
 
 
@@ -196,7 +265,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("report", help="merge bench runs (any machines) into report.md/json and plots")
     p.add_argument("runs", nargs="+", help="results.json files from portkern bench/tune or pytest bench")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, help="output folder, new or existing")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio")

@@ -124,10 +124,16 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
             raise ValueError(f"--mix: expected name=kernel:share,..., got {text!r}") from None
         mixes = {name.strip(): phases}
     else:
+        if not Path(text).is_file():
+            raise ValueError(f"--mix {text}: no such file; expected FILE.json of {{name: {{kernel: share}}}} or "
+                             f"name=kernel:share,... (the built-in mixes {', '.join(DEFAULT_MIXES)} are always "
+                             "reported)")  # fmt: skip
         try:
             mixes = json.loads(Path(text).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"--mix {text}: not a readable JSON file of {{name: {{kernel: share}}}} ({exc})") from None
+        if not isinstance(mixes, dict):
+            raise ValueError(f"--mix {text}: expected a JSON object {{name: {{kernel: share}}}}, got {type(mixes).__name__}")
     for name, phases in mixes.items():
         if not isinstance(phases, dict) or not phases:
             raise ValueError(f"--mix {name!r}: expected {{kernel: share}}, got {phases!r}")
@@ -456,7 +462,8 @@ def markdown(rep: dict[str, Any]) -> str:
 
 def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,
           extra_files: Mapping[str, str] | None = None, source_names: list[str] | None = None) -> dict[str, Any]:
-    """Load and check every run first, then write report.md/json and plots into a temp dir and move it in.
+    """Load and check every run first, then write report.md/json and plots into a temp dir in ``out_dir``
+    and move them into place.
 
     ``source_names`` replaces the run paths in the report (a run copied into ``out_dir`` is
     named where it ends up, not where it was written first).
@@ -466,8 +473,9 @@ def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping
     if source_names is not None:
         rep["sources"] = list(source_names)
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".portkern-report-", dir=out.parent))
+    out.mkdir(parents=True, exist_ok=True)
+    # Inside out: the one folder the caller checked is writable, and the same filesystem for replace().
+    tmp = Path(tempfile.mkdtemp(prefix=".portkern-report-", dir=out))
     try:
         (tmp / "report.json").write_text(json.dumps(rep, indent=1, default=_json_default))
         (tmp / "report.md").write_text(markdown(rep))
@@ -476,7 +484,6 @@ def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping
         plot_all(rep, tmp)
         for name, src in (extra_files or {}).items():
             shutil.copyfile(src, tmp / name)
-        out.mkdir(exist_ok=True)
         for f in tmp.iterdir():  # same filesystem: each file lands whole or not at all
             f.replace(out / f.name)
     finally:

@@ -122,6 +122,17 @@ def load_run(path: str | Path) -> Run:
                            f"status in {STATUSES}, case_id)") from None  # fmt: skip
         if records[-1].device_key not in devices:
             raise _fail(p, f"portkern.cases[{i}] names device {records[-1].device_key!r}, absent from machine_info")
+    if not data["benchmarks"]:
+        # Nothing timed: a report of it would show PP 0 and empty ratios as if measured. A run whose
+        # cases all ran on simulators (parity only) is still a functional-portability record.
+        timed = [r for r, c in zip(records, (c for c in pk["cases"] if c.get("device_key") is not None))
+                 if r.status == "pass" and not c.get("simulator")]  # fmt: skip
+        if not records:
+            raise _fail(p, "no benchmarks and no cases: the run measured nothing (every backend unavailable or "
+                           "filtered out?); nothing to report")  # fmt: skip
+        if timed:
+            raise _fail(p, f"no benchmarks: {len(timed)} case(s) passed parity on a timed device but the file has "
+                           "no timing for any of them (an emptied or cut-short file?); nothing to report")  # fmt: skip
     return Run(p, machine, devices, available, unavailable, records)
 
 
