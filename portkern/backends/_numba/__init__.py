@@ -1,0 +1,50 @@
+"""The Numba backend's kernels (a private package: the registry takes no ``_`` module for a backend).
+
+``common`` holds what every kernel shares and the one generic builder of an env's reset, step and
+rollout kernels; each env has its module, named as the env's ``EnvSpec.kernel`` (like its kernel
+files), that builds its reset, physics and observe device functions; ``policy`` has the in-kernel
+policies and ``buffers`` the rollout-buffer and validation kernels. Each is built once per dtype
+here; Numba compiles a kernel on its first launch, per argument types.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+import numpy as np
+
+from ... import envs
+from ...envs.base import EnvSpec
+from . import buffers, common, policy
+from .buffers import BufferKernels, CopyKernels, copy_kernels
+from .common import EnvKernels, params_value, simulator, toolkit
+from .policy import Policies
+
+__all__ = ["BufferKernels", "CopyKernels", "EnvKernels", "Policies", "buffer_kernels", "copy_kernels",
+           "env_kernels", "params_value", "policy_kernels", "simulator"]  # fmt: skip
+
+
+def env_kernels(spec: EnvSpec, dtype: np.dtype) -> EnvKernels:
+    """``spec``'s reset, step and rollout kernels in ``dtype``."""
+    return _env_kernels(spec.id, np.dtype(dtype).str)
+
+
+@cache
+def _env_kernels(env_id: str, dtype_str: str) -> EnvKernels:
+    spec = envs.get(env_id)
+    # The env's module by its kernel stem, as kernels/<api>/<kernel>.* are loaded by explicit name.
+    module = importlib.import_module(f"{__name__}.{spec.kernel}")
+    k = toolkit(dtype_str)
+    act = policy.make_act(spec, k, policy_kernels(dtype_str))
+    return common.env_kernels(spec, module.build(k), act, k)
+
+
+@cache
+def policy_kernels(dtype_str: str) -> Policies:
+    return policy.build(toolkit(dtype_str))
+
+
+@cache
+def buffer_kernels(dtype_str: str, wg: int) -> BufferKernels:
+    return buffers.build(toolkit(dtype_str), wg)

@@ -1,0 +1,47 @@
+"""MountainCarContinuous-v0 (portkern/envs/mountain_car_continuous.py) in Numba-CUDA.
+
+State (position, velocity).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .common import EnvFunctions, Toolkit
+
+
+def build(k: Toolkit) -> EnvFunctions:
+    T, mul, zero, djit, vmin, vmax = k.T, k.mul, k.zero, k.djit, k.vmin, k.vmax
+    three, tenth, hundred = T(3), T(0.1), T(100)
+
+    @djit
+    def reset(r, p, s):
+        s[0] = p.reset_center + mul(p.reset_half, r[0])
+        s[1] = zero
+
+    @djit
+    def physics(s, action, p):
+        max_speed, min_pos = p.max_speed, p.min_position
+        position, velocity = s[0], s[1]
+        a = T(action)
+        force = vmin(vmax(a, p.min_action), p.max_action)
+        velocity = velocity + (mul(force, p.power) - mul(p.gravity, T(math.cos(mul(three, position)))))
+        velocity = vmin(velocity, max_speed)
+        velocity = vmax(velocity, -max_speed)
+        position = position + velocity
+        position = vmin(position, p.max_position)
+        position = vmax(position, min_pos)
+        if position == min_pos and velocity < zero:
+            velocity = zero
+        s[0], s[1] = position, velocity
+        term = position >= p.goal_position and velocity >= p.goal_velocity
+        # The action cost uses the unclipped action, as Gymnasium's does.
+        reward = (hundred if term else zero) - mul(mul(a, a), tenth)
+        return reward, term
+
+    @djit
+    def observe(s, out, row):
+        out[row, 0] = s[0]
+        out[row, 1] = s[1]
+
+    return EnvFunctions(reset=reset, physics=physics, observe=observe)

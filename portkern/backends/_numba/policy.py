@@ -1,0 +1,137 @@
+"""The in-kernel policies (kernels/README.md, "Fused rollouts"; reference: portkern/policy.py):
+Philox random actions and the tanh MLP, float32 whatever the env dtype."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from ...envs.base import EnvSpec
+from ...policy import MAX_WIDTH
+from .common import Toolkit
+
+_S8, _S24 = np.uint64(8), np.uint64(24)
+
+
+@dataclass(frozen=True)
+class Policies:
+    mlp: Callable  # (policy, hidden, n_in, n_out, x, y): y = MLP(x), float32
+    mlp_forward: Any  # kernel (policy, hidden, obs [N, obs_dim], out [N, out_dim])
+
+
+def build(k: Toolkit) -> Policies:
+    F, mulf = k.F, k.mulf
+    djit = cuda.jit(device=True)  # for the functions that take cuda.local arrays
+    f_zero = F(0)
+
+    @k.djit
+    def mlp_layer(policy, w, b, x, n_in, n_out, use_tanh, y):
+        # y = x @ W + b, W [n_in, n_out] row-major at policy[w:]: each dot product starts at 0 and adds
+        # x[k] * W[k, j] in index order (policy._dot), then the bias.
+        for j in range(n_out):
+            acc = f_zero
+            for c in range(n_in):
+                acc = acc + mulf(x[c], policy[w + c * n_out + j])
+            acc = acc + policy[b + j]
+            if use_tanh:
+                acc = F(math.tanh(acc))
+            y[j] = acc
+
+    @djit
+    def mlp(policy, hidden, n_in, n_out, x, y):
+        # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
+        h1 = cuda.local.array(MAX_WIDTH, np.float32)
+        h2 = cuda.local.array(MAX_WIDTH, np.float32)
+        b1 = n_in * hidden
+        w2 = b1 + hidden
+        b2 = w2 + hidden * hidden
+        w3 = b2 + hidden
+        b3 = w3 + hidden * n_out
+        mlp_layer(policy, 0, b1, x, n_in, hidden, True, h1)
+        mlp_layer(policy, w2, b2, h1, hidden, hidden, True, h2)
+        mlp_layer(policy, w3, b3, h2, hidden, n_out, False, y)
+
+    @cuda.jit
+    def pk_mlp_forward(policy, hidden, obs, out):
+        i = cuda.grid(1)
+        n, obs_dim = obs.shape
+        if i < n:
+            x = cuda.local.array(MAX_WIDTH, np.float32)
+            y = cuda.local.array(MAX_WIDTH, np.float32)
+            for c in range(obs_dim):
+                x[c] = F(obs[i, c])
+            n_out = out.shape[1]
+            mlp(policy, hidden, obs_dim, n_out, x, y)
+            for j in range(n_out):
+                out[i, j] = y[j]
+
+    return Policies(mlp=mlp, mlp_forward=pk_mlp_forward)
+
+
+def make_act(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
+    """The env's action at obs ``o[0, :obs_dim]``: Philox key (seed, env), counter (episode, steps, 1, 0).
+
+    ``kind`` 0 is the random policy, 1 the MLP (policy.Policy.kind).
+    """
+    F, mulf, philox, uniformf, vmax, mlp = k.F, k.mulf, k.philox, k.uniformf, k.vmax, policies.mlp
+    djit = cuda.jit(device=True)
+    obs_dim, f_zero, f_one, f_two, f_neg_two = spec.obs_dim, F(0), F(1), F(2), F(-2)
+    f_two_pi = F(2.0 * np.pi)
+    if spec.is_discrete:
+        n_actions = spec.discrete_actions
+
+        @djit
+        def act(policy, kind, hidden, o, seed, i, ep, t):
+            c0, _, _, _ = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(0),
+                                 np.uint64(seed), np.uint64(i))  # fmt: skip
+            if kind == 0:
+                return np.int32(((c0 >> _S8) * np.uint64(n_actions)) >> _S24)
+            x = cuda.local.array(MAX_WIDTH, np.float32)
+            e = cuda.local.array(MAX_WIDTH, np.float32)
+            for c in range(obs_dim):
+                x[c] = F(o[0, c])
+            mlp(policy, hidden, obs_dim, n_actions, x, e)
+            m = e[0]
+            for c in range(1, n_actions):
+                m = vmax(m, e[c])
+            total = f_zero
+            for c in range(n_actions):
+                e[c] = F(math.exp(e[c] - m))
+                total = total + e[c]
+            # Inverse CDF of the softmax: the first k whose partial sum exceeds u * total, else the last.
+            threshold = mulf(uniformf(c0), total)
+            acc = f_zero
+            for c in range(n_actions - 1):
+                acc = acc + e[c]
+                if threshold < acc:
+                    return np.int32(c)
+            return np.int32(n_actions - 1)
+
+        return act
+
+    high = F(spec.action_high)
+
+    @djit
+    def act_box(policy, kind, hidden, o, seed, i, ep, t):
+        c0, c1, _, _ = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(0),
+                              np.uint64(seed), np.uint64(i))  # fmt: skip
+        if kind == 0:
+            return mulf(high, mulf(uniformf(c0), f_two) - f_one)
+        x = cuda.local.array(MAX_WIDTH, np.float32)
+        y = cuda.local.array(MAX_WIDTH, np.float32)
+        for c in range(obs_dim):
+            x[c] = F(o[0, c])
+        mlp(policy, hidden, obs_dim, 1, x, y)
+        log_std = policy[obs_dim * hidden + hidden + hidden * hidden + hidden + hidden + 1]
+        # Box-Muller: 1 - u is in (0, 1], so the log is finite.
+        u1 = f_one - uniformf(c0)
+        u2 = uniformf(c1)
+        z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(math.cos(mulf(f_two_pi, u2))))
+        return y[0] + mulf(F(math.exp(log_std)), z)
+
+    return act_box
