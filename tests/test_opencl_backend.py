@@ -1,11 +1,14 @@
-"""OpenCL backend specifics: device choice, build errors, float64 refusal, program cache, buffer reuse."""
+"""OpenCL backend specifics: device choice, build errors, float64 refusal, program cache, buffer reuse,
+device memory limits."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
-from portkern import envs
+from portkern import envs, step
 from portkern.backends import backend_of, get_backend, probe
 from portkern.backends.base import EnvBuffers
 
@@ -25,12 +28,17 @@ def _pocl() -> bool:
 
 def _bufs(be, spec, n: int, dtype) -> EnvBuffers:
     return EnvBuffers(
-        state=[be.zeros((n,), dtype) for _ in spec.state_names],
+        state=be.zeros((spec.state_dim, n), dtype),
         steps=be.zeros((n,), np.int32), episodes=be.zeros((n,), np.uint32),
         needs_reset=be.zeros((n,), np.bool_), obs=be.zeros((n, spec.obs_dim), dtype),
         final_obs=be.zeros((n, spec.obs_dim), dtype), reward=be.zeros((n,), dtype),
         terminated=be.zeros((n,), np.bool_), truncated=be.zeros((n,), np.bool_),
     )  # fmt: skip
+
+
+def _param_cache(be) -> dict:
+    """The params buffers the base class uploaded (Backend._device_params), by params key."""
+    return be._pk_caches["params"]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +99,30 @@ def test_program_cache_returns_the_same_program(be):
     assert be._build("probe.cl", source, ("-DREAL=float",)) is first
 
 
+def test_programs_stay_per_context_and_compile_once_per_device(be, monkeypatch):
+    # A program belongs to its context; a second instance on the same device reuses the cached
+    # program's device binary instead of compiling the source again.
+    source = "__kernel void pk_context_probe(__global int *x) { x[0] = 7; }\n"
+    first = be._build("probe.cl", source, ("-DREAL=float",))
+    other = OpenCLBackend()  # the same default device, its own context
+    assert other._device_key() == be._device_key()
+
+    def compile_again(*args):
+        raise AssertionError("compiled the source again for a device it was already built for")
+
+    monkeypatch.setattr(other, "_compile", compile_again)
+    prg = other._build("probe.cl", source, ("-DREAL=float",))
+    assert first.context == be.context and prg.context == other.context
+    x = other.from_host(np.zeros(1, np.int32))
+    ocl_mod.cl.Kernel(prg, "pk_context_probe")(other.queue, (1,), None, x.data)
+    assert other.to_host(x)[0] == 7
+
+
+def test_device_key_names_platform_device_and_driver(be):
+    assert be._device_key() == (be.platform.name.strip(), be.device.name.strip(),
+                                be.device.driver_version.strip())  # fmt: skip
+
+
 def test_kernel_objects_are_fetched_once(be):
     opts = be._real_options(np.float32)
     assert be._kernel("cartpole.cl", "pk_cartpole_step", opts) is be._kernel(
@@ -106,15 +138,15 @@ def test_steps_reuse_every_buffer(be):
     actions = be.from_host(np.linspace(-2, 2, n, dtype=np.float32))
     be.env_reset(spec, bufs, params, 1, True)
     be.env_step(spec, bufs, actions, params, 1, 5, "same_step")
-    arrays = [*bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs,
+    arrays = [bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs,
               bufs.reward, bufs.terminated, bufs.truncated]  # fmt: skip
     pointers = [a.data.int_ptr for a in arrays]
-    param_bufs = dict(be._params)
+    param_bufs = dict(_param_cache(be))
     for _ in range(12):  # crosses truncation at max_steps=5
         be.env_step(spec, bufs, actions, params, 1, 5, "same_step")
     assert [a.data.int_ptr for a in arrays] == pointers
-    assert be._params.keys() == param_bufs.keys()
-    assert all(be._params[k] is v for k, v in param_bufs.items())
+    assert _param_cache(be).keys() == param_bufs.keys()
+    assert all(_param_cache(be)[k] is v for k, v in param_bufs.items())
 
 
 def test_local_size_knob_gives_the_same_results(be):
@@ -151,3 +183,31 @@ def test_describe_reports_device_driver_and_versions(be):
     info = be.describe()
     assert {"device", "vendor", "driver", "opencl", "pyopencl"} <= info.keys()
     assert info["opencl"].startswith("OpenCL")
+
+
+@pytest.mark.skipif(not _PROBE.available or not _pocl(), reason="needs PoCL (a CPU device)")
+def test_device_kind_comes_from_the_device_type():
+    assert OpenCLBackend("cpu").device_kind() == "cpu"
+
+
+def test_memory_limits_are_the_devices(be):
+    assert be.memory_limits() == (be.device.max_mem_alloc_size, be.device.global_mem_size)
+
+
+def test_num_envs_over_the_device_limit_is_rejected_before_allocating(monkeypatch):
+    inst = get_backend("opencl")
+    max_alloc, _ = inst.memory_limits()
+
+    def allocate(*args):
+        raise AssertionError("allocated before checking the device's limits")
+
+    monkeypatch.setattr(inst, "zeros", allocate)
+    with pytest.raises(ValueError, match=r"num_envs: .*largest allocation.*" + re.escape(f"({max_alloc:,} bytes)")):
+        step.make("CartPole-v1", 2**31 - 1, backend="opencl")
+
+
+def test_an_allocation_over_the_device_limit_says_so(be):
+    max_alloc, _ = be.memory_limits()
+    # One element past the largest allocation: the driver refuses the buffer without allocating.
+    with pytest.raises(MemoryError, match=re.escape(f"largest allocation is {max_alloc:,} bytes")):
+        be.zeros((max_alloc // 4 + 1,), np.float32)

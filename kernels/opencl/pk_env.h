@@ -1,25 +1,49 @@
-/* Reset, step with in-kernel autoreset, and the fused rollout, shared by every env kernel
- * (kernels/README.md); include after the physics. Each work-item runs PK_VW envs (pk_vec.h).
+/* The entry points of one env, generated from its physics (kernels/README.md): reset, step with
+ * in-kernel autoreset, and the fused rollout. Each work-item runs PK_VW envs (pk_vec.h).
  *
- * The including file defines ENV_D (state variables), ENV_OBS (obs width), ACT (action element
- * type), the action space (ENV_ACTIONS for a discrete one, ENV_ACT_HIGH, a float, for a symmetric
- * Box) and, over the vector types of pk_vec.h (AV = PK_V(ACT)):
- *   void env_reset(RV *s, __global const REAL *p, pk_bits bits);
- *   IV   env_physics(RV *s, AV a, __global const REAL *p, RV *reward);   returns the terminated mask
+ * The env file includes this header last, after defining ENV_NAME (its kernel stem: the entry
+ * points are pk_<ENV_NAME>_reset, _step and _rollout, and its params the struct
+ * pk_<ENV_NAME>_params of the generated pk_params.h), ENV_D (state variables), ENV_OBS (obs
+ * width), ACT (action element type), the action space (ENV_ACTIONS for a discrete one,
+ * ENV_ACT_HIGH, a float, for a symmetric Box) and, over the vector types of pk_vec.h
+ * (AV = PK_V(ACT)):
+ *   void env_reset(RV *s, __global const pk_<ENV_NAME>_params *p, pk_bits bits);
+ *   IV   env_physics(RV *s, AV a, __global const pk_<ENV_NAME>_params *p, RV *reward);
+ *        (returns the terminated mask)
  *   void env_observe(const RV *s, RV *o);
  */
 #ifndef PK_ENV_H
 #define PK_ENV_H
+
+#ifndef ENV_NAME
+#error "define ENV_NAME (the env's kernel stem) before including pk_env.h"
+#endif
 
 #include "pk_policy.h"
 
 #define PK_SAME_STEP 0
 #define PK_NEXT_STEP 1
 #define AV PK_V(ACT)
+#define ENV_PARAMS PK_CAT(PK_CAT(pk_, ENV_NAME), _params)
+#define PK_ENV_ENTRY(what) PK_CAT(PK_CAT(pk_, ENV_NAME), what)
 
 inline UV pk_env_index(int base)
 {
     return (UV)((uint)base) + PK_LANES;
+}
+
+/* The state is one [ENV_D, n] array, variable-major: variable j of env i at j * n + i, so each
+ * variable is a contiguous row and the PK_VW lanes of a work-item load and store as vectors. */
+inline void pk_ld_state(__global const REAL *state, int base, int n, RV *s)
+{
+    for (int j = 0; j < ENV_D; ++j)
+        s[j] = pk_ld_real(state + (size_t)j * (size_t)n, base, n);
+}
+
+inline void pk_st_state(__global REAL *state, int base, int n, const RV *s)
+{
+    for (int j = 0; j < ENV_D; ++j)
+        pk_st_real(state + (size_t)j * (size_t)n, base, n, s[j]);
 }
 
 inline void pk_select_state(RV *s, const RV *other, IV take)
@@ -31,7 +55,8 @@ inline void pk_select_state(RV *s, const RV *other, IV take)
 /* Reset the envs at base: a fresh reset restarts the episode counter at 0, else it advances by one. */
 inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes,
                              __global uchar *needs_reset, __global REAL *obs,
-                             __global const REAL *params, uint seed, int fresh, int base, int n)
+                             __global const ENV_PARAMS *params, uint seed, int fresh, int base,
+                             int n)
 {
     const UV ep = fresh ? (UV)(0u) : pk_ld_uint(episodes, base, n) + 1u;
     pk_st_uint(episodes, base, n, ep);
@@ -48,7 +73,7 @@ inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes
  * afterwards, fo the obs the step reached before any autoreset. Every lane runs the physics and
  * the reset draw is made only when some lane resets; per lane the result is the scalar algorithm's. */
 inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, AV action, RV *o, RV *fo,
-                           RV *reward, IV *term, IV *trunc, __global const REAL *params,
+                           RV *reward, IV *term, IV *trunc, __global const ENV_PARAMS *params,
                            uint seed, int max_steps, int autoreset_mode, int base)
 {
     const IV waiting = autoreset_mode == PK_NEXT_STEP ? *needs_reset : (IV)(0);
@@ -110,7 +135,7 @@ inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
                             __global uchar *needs_reset, AV action, __global REAL *obs,
                             __global REAL *final_obs, __global REAL *reward,
                             __global uchar *terminated, __global uchar *truncated,
-                            __global const REAL *params, uint seed, int max_steps,
+                            __global const ENV_PARAMS *params, uint seed, int max_steps,
                             int autoreset_mode, int base, int n)
 {
     IV nsteps = pk_ld_int(steps, base, n), te, tr;
@@ -155,7 +180,7 @@ inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episod
                                __global uchar *needs_reset, __global REAL *obs,
                                __global REAL *final_obs, __global REAL *reward,
                                __global uchar *terminated, __global uchar *truncated,
-                               __global const REAL *params, __global const float *policy,
+                               __global const ENV_PARAMS *params, __global const float *policy,
                                int policy_kind, int hidden, __global REAL *out_obs,
                                __global ACT *out_actions, __global REAL *out_rewards,
                                __global uchar *out_terminated, __global uchar *out_truncated,
@@ -189,6 +214,59 @@ inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episod
     pk_st_real(reward, base, n, r);
     pk_st_uchar(terminated, base, n, PK_FLAG(te));
     pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+}
+
+/* ---- the entry points (kernels/README.md has the ABI); each work-item runs the PK_VW envs
+ * from base = global id * PK_VW ---------------------------------------------------------------- */
+
+__kernel void PK_ENV_ENTRY(_reset)(__global REAL *state, __global int *steps,
+    __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
+    __global const ENV_PARAMS *params, uint seed, int fresh, int n)
+{
+    const int base = get_global_id(0) * PK_VW;
+    if (base >= n)
+        return;
+    RV s[ENV_D];
+    pk_env_reset_one(s, steps, episodes, needs_reset, obs, params, seed, fresh, base, n);
+    pk_st_state(state, base, n, s);
+}
+
+__kernel void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
+    __global uint *episodes, __global uchar *needs_reset, __global const ACT *actions,
+    __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
+    __global uchar *terminated, __global uchar *truncated, __global const ENV_PARAMS *params,
+    uint seed, int max_steps, int autoreset_mode, int n)
+{
+    const int base = get_global_id(0) * PK_VW;
+    if (base >= n)
+        return;
+    RV s[ENV_D];
+    pk_ld_state(state, base, n, s);
+    pk_env_step_one(s, steps, episodes, needs_reset, PK_CAT(pk_ld_, ACT)(actions, base, n), obs,
+                    final_obs, reward, terminated, truncated, params, seed, max_steps,
+                    autoreset_mode, base, n);
+    pk_st_state(state, base, n, s);
+}
+
+__kernel void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
+    __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
+    __global REAL *final_obs, __global REAL *reward, __global uchar *terminated,
+    __global uchar *truncated, __global const ENV_PARAMS *params, __global const float *policy,
+    int policy_kind, int hidden, __global REAL *out_obs, __global ACT *out_actions,
+    __global REAL *out_rewards, __global uchar *out_terminated, __global uchar *out_truncated,
+    __global REAL *out_final_obs, uint seed, int max_steps, int autoreset_mode, int t0,
+    int t_count, int n)
+{
+    const int base = get_global_id(0) * PK_VW;
+    if (base >= n)
+        return;
+    RV s[ENV_D];
+    pk_ld_state(state, base, n, s);
+    pk_env_rollout_one(s, steps, episodes, needs_reset, obs, final_obs, reward, terminated,
+                       truncated, params, policy, policy_kind, hidden, out_obs, out_actions,
+                       out_rewards, out_terminated, out_truncated, out_final_obs, seed, max_steps,
+                       autoreset_mode, t0, t_count, base, n);
+    pk_st_state(state, base, n, s);
 }
 
 #endif

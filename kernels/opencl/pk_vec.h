@@ -62,31 +62,31 @@
  * written (n need not be a multiple of PK_VW). */
 #if PK_VW == 1
 #define PK_LOAD_FN(name, T)                                                                    \
-    inline T name(__global const T *p, int base, int n) { return p[base]; }
+    inline T name(__global const T *a, int base, int n) { return a[base]; }
 #define PK_STORE_FN(name, T)                                                                   \
-    inline void name(__global T *p, int base, int n, T v) { p[base] = v; }
+    inline void name(__global T *a, int base, int n, T v) { a[base] = v; }
 #else
 #define PK_LOAD_FN(name, T)                                                                    \
-    inline PK_V(T) name(__global const T *p, int base, int n)                                  \
+    inline PK_V(T) name(__global const T *a, int base, int n)                                  \
     {                                                                                          \
         if (base + PK_VW <= n)                                                                 \
-            return PK_CAT(vload, PK_VW)(0, p + base);                                          \
+            return PK_CAT(vload, PK_VW)(0, a + base);                                          \
         T t[PK_VW];                                                                            \
         for (int l = 0; l < PK_VW; ++l)                                                        \
-            t[l] = base + l < n ? p[base + l] : (T)(0);                                        \
+            t[l] = base + l < n ? a[base + l] : (T)(0);                                        \
         return PK_CAT(vload, PK_VW)(0, t);                                                     \
     }
 #define PK_STORE_FN(name, T)                                                                   \
-    inline void name(__global T *p, int base, int n, PK_V(T) v)                                \
+    inline void name(__global T *a, int base, int n, PK_V(T) v)                                \
     {                                                                                          \
         if (base + PK_VW <= n) {                                                               \
-            PK_CAT(vstore, PK_VW)(v, 0, p + base);                                             \
+            PK_CAT(vstore, PK_VW)(v, 0, a + base);                                             \
             return;                                                                            \
         }                                                                                      \
         T t[PK_VW];                                                                            \
         PK_CAT(vstore, PK_VW)(v, 0, t);                                                        \
         for (int l = 0; l < n - base; ++l)                                                     \
-            p[base + l] = t[l];                                                                \
+            a[base + l] = t[l];                                                                \
     }
 #endif
 PK_LOAD_FN(pk_ld_real, REAL)
@@ -102,26 +102,26 @@ PK_STORE_FN(pk_st_uchar, uchar)
 
 /* Rows of a row-major [n, width] array (observations), one vector per column; width <= PK_ROWS_MAX. */
 #define PK_ROWS_MAX 64
-inline void pk_ld_rows(__global const REAL *p, int width, int base, int n, RV *cols)
+inline void pk_ld_rows(__global const REAL *a, int width, int base, int n, RV *cols)
 {
 #if PK_VW == 1
     for (int k = 0; k < width; ++k)
-        cols[k] = p[(size_t)base * width + k];
+        cols[k] = a[(size_t)base * width + k];
 #else
     REAL t[PK_VW];
     for (int k = 0; k < width; ++k) {
         for (int l = 0; l < PK_VW; ++l)
-            t[l] = base + l < n ? p[(size_t)(base + l) * width + k] : (REAL)(0.0);
+            t[l] = base + l < n ? a[(size_t)(base + l) * width + k] : (REAL)(0.0);
         cols[k] = PK_CAT(vload, PK_VW)(0, t);
     }
 #endif
 }
 
-inline void pk_st_rows(__global REAL *p, int width, int base, int n, const RV *cols)
+inline void pk_st_rows(__global REAL *a, int width, int base, int n, const RV *cols)
 {
 #if PK_VW == 1
     for (int k = 0; k < width; ++k)
-        p[(size_t)base * width + k] = cols[k];
+        a[(size_t)base * width + k] = cols[k];
 #else
     /* Transpose into a private block, then one contiguous copy: scattered per-element stores to
      * global memory cost more than the physics on CPUs. */
@@ -132,7 +132,7 @@ inline void pk_st_rows(__global REAL *p, int width, int base, int n, const RV *c
         for (int l = 0; l < PK_VW; ++l)
             block[l * width + k] = t[l];
     }
-    __global REAL *dst = p + (size_t)base * width;
+    __global REAL *dst = a + (size_t)base * width;
     if (count == PK_VW) {
         for (int c = 0; c < width; ++c)
             PK_CAT(vstore, PK_VW)(PK_CAT(vload, PK_VW)(c, block), c, dst);

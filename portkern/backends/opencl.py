@@ -27,7 +27,6 @@ _TYPE_NAMES = ("gpu", "cpu", "accelerator")
 _SIMULATORS = ("oclgrind",)
 #: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
-_MAX_PARAM_CACHE = 64
 
 
 class KernelBuildError(RuntimeError):
@@ -89,15 +88,10 @@ def _select_device(want: str | None) -> tuple[Any, Any]:
     )
 
 
-def _check_native(name: str, a: Any, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
-    if not (cla is not None and isinstance(a, cla.Array)):
-        raise TypeError(f"{name}: expected a pyopencl array, got {type(a).__name__}")
-    if dtype is not None and a.dtype != np.dtype(dtype):
-        raise TypeError(f"{name}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
-    if shape is not None and a.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name}: expected a C-contiguous array")
+#: OpenCL status codes that mean "this allocation does not fit" (too large for one buffer, or no
+#: memory left): reported as MemoryError naming the device's limits instead of a raw pyopencl error.
+_ALLOC_FAILURES = ("INVALID_BUFFER_SIZE", "MEM_OBJECT_ALLOCATION_FAILURE", "OUT_OF_RESOURCES",
+                   "OUT_OF_HOST_MEMORY")  # fmt: skip
 
 
 @register
@@ -147,10 +141,6 @@ class OpenCLBackend(Backend):
             if fp32 & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
             else ()
         )
-        self._programs: dict[str, Any] = {}
-        self._kernels: dict[tuple[str, str, tuple[str, ...]], Any] = {}
-        self._params: dict[tuple[str, bytes], Any] = {}
-        self._scratch: dict[tuple[Any, ...], Any] = {}
 
     def describe(self) -> dict[str, str]:
         d = self.device
@@ -165,6 +155,22 @@ class OpenCLBackend(Backend):
 
     def synchronize(self) -> None:
         self.queue.finish()
+
+    def device_kind(self) -> str:
+        """CL_DEVICE_TYPE as "gpu", "accelerator" or "cpu" (OpenCL drives all three)."""
+        for kind in ("gpu", "accelerator", "cpu"):
+            if _type_matches(self.device, kind):
+                return kind
+        return "accelerator"  # CL_DEVICE_TYPE_CUSTOM: neither the host CPU nor a GPU
+
+    def memory_limits(self) -> tuple[int, int]:
+        """(CL_DEVICE_MAX_MEM_ALLOC_SIZE, CL_DEVICE_GLOBAL_MEM_SIZE): one buffer may not exceed the first."""
+        return int(self.device.max_mem_alloc_size), int(self.device.global_mem_size)
+
+    def _device_key(self) -> tuple[str, str, str]:
+        # The driver version is part of it: the shared cache hands device binaries to other contexts.
+        d = self.device
+        return (self.platform.name.strip(), d.name.strip(), d.driver_version.strip())
 
     # ---- programs and launches ---------------------------------------------------------------
     def _real_options(self, dtype: Any) -> tuple[str, ...]:
@@ -195,30 +201,41 @@ class OpenCLBackend(Backend):
             raise ValueError(f"env_vector_width: expected None, 1, 2, 4, 8 or 16, got {vw!r}")
         return (*self._real_options(dtype), f"-DPK_VW={vw}"), vw
 
+    def _compile(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
+        try:
+            return cl.Program(self.context, source).build(options=list(options))
+        except cl.Error as exc:
+            raise KernelBuildError(
+                f"OpenCL build of kernels/opencl/{filename} failed on {self.device_name} "
+                f"(options: {' '.join(options)}):\n{exc}"
+            ) from None
+
     def _build(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
-        """The program for (source, options) on this backend's device, built once."""
+        """The program for (source, options) on this backend's device and context, built once.
+
+        The base class's program cache is shared by every instance on the device, but an OpenCL
+        program belongs to the context it was built in: another instance (its own context) makes
+        its program from the cached one's device binary instead of compiling the source again.
+        """
         options = ("-cl-std=CL1.2", *options, *self._fp32_options)
-        key = source_hash(source, options)
-        prg = self._programs.get(key)
-        if prg is None:
+        shared = self._program(source, options, lambda: self._compile(filename, source, options))
+        if shared.context == self.context:
+            return shared
+
+        def from_binary() -> Any:
             try:
-                prg = cl.Program(self.context, source).build(options=list(options))
-            except cl.Error as exc:
-                raise KernelBuildError(
-                    f"OpenCL build of kernels/opencl/{filename} failed on {self.device_name} "
-                    f"(options: {' '.join(options)}):\n{exc}"
-                ) from None
-            self._programs[key] = prg
-        return prg
+                return cl.Program(self.context, [self.device], shared.binaries).build(options=list(options))
+            except cl.Error:  # a driver that cannot reload its own binaries: compile the source
+                return self._compile(filename, source, options)
+
+        return self._cache("program", source_hash(source, options), from_binary)
 
     def _kernel(self, filename: str, kernel: str, options: tuple[str, ...]) -> Any:
         """The kernel object, fetched once per (file, kernel, options) and reused by every launch."""
-        key = (filename, kernel, options)
-        k = self._kernels.get(key)
-        if k is None:
-            prg = self._build(filename, load_source("opencl", filename), options)
-            k = self._kernels[key] = cl.Kernel(prg, kernel)
-        return k
+        return self._cache(
+            "kernel", (filename, kernel, options),
+            lambda: cl.Kernel(self._build(filename, load_source("opencl", filename), options), kernel),
+        )  # fmt: skip
 
     def _ranges(self, n: int) -> tuple[tuple[int], tuple[int] | None]:
         """Global and local size for ``n`` work-items with the ``local_size`` knob."""
@@ -236,22 +253,51 @@ class OpenCLBackend(Backend):
         kernel(self.queue, gs, ls, *args)
 
     # ---- arrays -------------------------------------------------------------------------------
+    def _allocation_error(self, exc: Any, shape: tuple[int, ...], dtype: np.dtype) -> Exception:
+        """``exc`` as a MemoryError naming the array and the device's limits, if it is an allocation failure."""
+        code = getattr(exc, "code", None)
+        if not any(code == getattr(cl.status_code, name, None) for name in _ALLOC_FAILURES):
+            return exc
+        max_alloc, total = self.memory_limits()
+        nbytes = math.prod(shape) * dtype.itemsize
+        return MemoryError(
+            f"a {shape} {dtype} array ({nbytes:,} bytes) does not fit on {self.device_name}: its "
+            f"largest allocation is {max_alloc:,} bytes and it has {total:,} bytes in all "
+            f"({' '.join(str(exc).split())})"
+        )
+
+    def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        shape, dt = tuple(int(x) for x in shape), np.dtype(dtype)
+        try:
+            return cla.empty(self.queue, shape, dt)
+        except cl.Error as exc:
+            raise self._allocation_error(exc, shape, dt) from None
+
     def zeros(self, shape, dtype):
-        a = cla.empty(self.queue, tuple(shape), np.dtype(dtype))
+        a = self._empty(shape, dtype)
         if a.nbytes:
-            cl.enqueue_fill_buffer(self.queue, a.base_data, np.uint8(0), a.offset, a.nbytes)
+            try:  # drivers may allocate lazily, on the first use of the buffer
+                cl.enqueue_fill_buffer(self.queue, a.base_data, np.uint8(0), a.offset, a.nbytes)
+            except cl.Error as exc:
+                raise self._allocation_error(exc, a.shape, a.dtype) from None
         return a
 
     def from_host(self, a):
-        return cla.to_device(self.queue, np.ascontiguousarray(a))
+        host = np.ascontiguousarray(a)
+        dev = self._empty(host.shape, host.dtype)
+        try:
+            dev.set(host, queue=self.queue)
+        except cl.Error as exc:
+            raise self._allocation_error(exc, host.shape, host.dtype) from None
+        return dev
 
     def to_host(self, a):
-        _check_native("a", a)
+        self._check_array(a, "a")
         return a.get(queue=self.queue)
 
     def write(self, dst, src):
         src = np.asarray(src)
-        _check_native("dst", dst, src.dtype, src.shape)
+        self._check_array(dst, "dst", src.dtype, src.shape)
         dst.set(np.ascontiguousarray(src), queue=self.queue)
 
     @classmethod
@@ -271,70 +317,43 @@ class OpenCLBackend(Backend):
         )
 
     # ---- environments ------------------------------------------------------------------------
-    def _params_on_device(self, params: np.ndarray) -> Any:
-        """The param vector on the device, uploaded once per distinct vector (no per-step copies)."""
-        key = (params.dtype.str, params.tobytes())
-        buf = self._params.get(key)
-        if buf is None:
-            if len(self._params) >= _MAX_PARAM_CACHE:
-                self._params.pop(next(iter(self._params)))
-            buf = self._params[key] = cla.to_device(self.queue, np.ascontiguousarray(params))
-        return buf
-
     def _env_args(self, bufs: EnvBuffers) -> list[Any]:
-        """The arguments every env kernel starts with: state columns, then the three counters."""
-        return [*(s.data for s in bufs.state), bufs.steps.data, bufs.episodes.data, bufs.needs_reset.data]
+        """The arguments every env kernel starts with: the [D, N] state, then the three counters."""
+        return [bufs.state.data, bufs.steps.data, bufs.episodes.data, bufs.needs_reset.data]
 
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
-        n = bufs.steps.shape[0]
+        n = self._check_env(spec, bufs, params)
         opts, vw = self._env_options(params.dtype)
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_reset", opts)
         self._launch(
-            k, -(-n // vw), *self._env_args(bufs), bufs.obs.data, self._params_on_device(params).data,
+            k, -(-n // vw), *self._env_args(bufs), bufs.obs.data, self._device_params(params).data,
             np.uint32(seed), np.int32(bool(fresh)), np.int32(n),
         )  # fmt: skip
 
-    def _actions_on_device(self, actions: Any, n: int, dtype: np.dtype) -> Any:
-        if self.owns(actions):
-            _check_native("actions", actions, dtype, (n,))
-            return actions
-        # Host actions go through one staging buffer per (n, dtype), reused across steps.
-        host = np.ascontiguousarray(actions, dtype=dtype)
-        if host.shape != (n,):
-            raise ValueError(f"actions: expected shape {(n,)}, got {host.shape}")
-        key = ("actions", n, dtype.str)
-        buf = self._scratch.get(key)
-        if buf is None:
-            buf = self._scratch[key] = cla.empty(self.queue, (n,), dtype)
-        buf.set(host, queue=self.queue)
-        return buf
-
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
+        # The per-step hot path: the buffers are the VectorEnv's own, checked by env_reset.
         n = bufs.steps.shape[0]
         mode = AUTORESET_MODES[autoreset]
-        act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
-        act = self._actions_on_device(actions, n, act_dtype)
+        act = self._actions_on_device(actions, n, spec.action_dtype)
         opts, vw = self._env_options(params.dtype)
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_step", opts)
         self._launch(
             k, -(-n // vw), *self._env_args(bufs), act.data, bufs.obs.data, bufs.final_obs.data,
             bufs.reward.data, bufs.terminated.data, bufs.truncated.data,
-            self._params_on_device(params).data, np.uint32(seed), np.int32(max_steps),
+            self._device_params(params).data, np.uint32(seed), np.int32(max_steps),
             np.int32(mode), np.int32(n),
         )  # fmt: skip
 
-    def _check_array(self, a, what, dtype=None, shape=None):
-        _check_native(what, a, dtype, shape)
-
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
+        n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
-        n, steps, dt = bufs.steps.shape[0], out.steps, params.dtype
+        steps, dt = out.steps, params.dtype
         opts, vw = self._env_options(dt)
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_rollout", opts)
         # Arguments are set once; each launch only moves the time window (t0, t_count).
         args = [*self._env_args(bufs), bufs.obs.data, bufs.final_obs.data, bufs.reward.data,
-                bufs.terminated.data, bufs.truncated.data, self._params_on_device(params).data,
+                bufs.terminated.data, bufs.truncated.data, self._device_params(params).data,
                 policy_params.data, np.int32(policy.kind), np.int32(hidden), out.obs.data,
                 out.actions.data, out.rewards.data, out.terminated.data, out.truncated.data,
                 out.final_obs.data, np.uint32(seed), np.int32(max_steps),
@@ -349,7 +368,7 @@ class OpenCLBackend(Backend):
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
-        out = cla.empty(self.queue, (n, out_dim), np.float32)
+        out = self._empty((n, out_dim), np.float32)
         opts, vw = self._env_options(obs.dtype)
         k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
         self._launch(
@@ -364,9 +383,9 @@ class OpenCLBackend(Backend):
         shape = rewards.shape
         for name, a in (("rewards", rewards), ("values", values), ("next_values", next_values),
                         ("advantages", advantages), ("returns", returns)):  # fmt: skip
-            _check_native(name, a, dt, shape)
-        _check_native("terminated", terminated, np.bool_, shape)
-        _check_native("truncated", truncated, np.bool_, shape)
+            self._check_array(a, name, dt, shape)
+        self._check_array(terminated, "terminated", np.bool_, shape)
+        self._check_array(truncated, "truncated", np.bool_, shape)
         T = dt.type
         steps, n = shape
         k = self._kernel("gae.cl", "pk_gae", self._real_options(dt))
@@ -380,12 +399,12 @@ class OpenCLBackend(Backend):
         dt = rewards.dtype
         shape = rewards.shape
         steps, n = shape
-        _check_native("rewards", rewards, dt, shape)
-        _check_native("out", out, dt, shape)
-        _check_native("terminated", terminated, np.bool_, shape)
-        _check_native("truncated", truncated, np.bool_, shape)
+        self._check_array(rewards, "rewards", dt, shape)
+        self._check_array(out, "out", dt, shape)
+        self._check_array(terminated, "terminated", np.bool_, shape)
+        self._check_array(truncated, "truncated", np.bool_, shape)
         per_step = bootstrap.ndim == 2
-        _check_native("bootstrap", bootstrap, dt, shape if per_step else (n,))
+        self._check_array(bootstrap, "bootstrap", dt, shape if per_step else (n,))
         k = self._kernel("discounted_returns.cl", "pk_discounted_returns", self._real_options(dt))
         self._launch(
             k, n, rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
@@ -394,8 +413,8 @@ class OpenCLBackend(Backend):
 
     def normalize(self, x, out, eps):
         dt = x.dtype
-        _check_native("x", x, dt)
-        _check_native("out", out, dt, x.shape)
+        self._check_array(x, "x", dt)
+        self._check_array(out, "out", dt, x.shape)
         n = x.size
         if n == 0:
             return
@@ -404,16 +423,11 @@ class OpenCLBackend(Backend):
             raise ValueError(f"reduce_wg: expected a power of two, got {wg!r}")
         opts = (*self._real_options(dt), f"-DPK_WG={wg}")
         groups = max(1, min(-(-n // wg), self.reduce_groups))
-        key = ("normalize", dt.str, groups)
-        scratch = self._scratch.get(key)
-        if scratch is None:  # partials and stats are allocated once per (dtype, group count)
-            scratch = self._scratch[key] = (
-                cla.empty(self.queue, (groups,), np.uint32),
-                cla.empty(self.queue, (groups,), dt),
-                cla.empty(self.queue, (groups,), dt),
-                cla.empty(self.queue, (2,), dt),
-            )
-        pcount, pmean, pm2, stats = scratch
+        # partials and stats: allocated once per (dtype, group count), reused by every call
+        pcount = self._scratch(("normalize", "count"), (groups,), np.uint32)
+        pmean = self._scratch(("normalize", "mean"), (groups,), dt)
+        pm2 = self._scratch(("normalize", "m2"), (groups,), dt)
+        stats = self._scratch(("normalize", "stats"), (2,), dt)
         partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
         finalize = self._kernel("normalize.cl", "pk_normalize_finalize", opts)
         apply = self._kernel("normalize.cl", "pk_normalize_apply", opts)
@@ -424,10 +438,10 @@ class OpenCLBackend(Backend):
         self._launch(apply, n, x.data, out.data, stats.data, dt.type(eps), np.int32(n))
 
     def gather(self, x, indices, out):
-        _check_native("x", x)
-        _check_native("indices", indices)
+        self._check_array(x, "x")
+        self._check_array(indices, "indices")
         b = indices.shape[0]
-        _check_native("out", out, x.dtype, (b, *x.shape[1:]))
+        self._check_array(out, "out", x.dtype, (b, *x.shape[1:]))
         kernel = {np.dtype(np.int64): "pk_gather", np.dtype(np.int32): "pk_gather_i32"}.get(indices.dtype)
         if kernel is None or indices.ndim != 1:
             raise TypeError(
@@ -444,16 +458,13 @@ class OpenCLBackend(Backend):
         """
         wg = self.reduce_wg
         groups = max(1, min(-(-a.size // wg), 64))  # few partials: the host folds them
-        key = ("validate", kernel, groups)
-        bufs = self._scratch.get(key)
-        if bufs is None:
-            bufs = self._scratch[key] = tuple(cla.empty(self.queue, (groups,), dt) for dt in outputs)
+        bufs = [self._scratch(("validate", kernel, i), (groups,), dt) for i, dt in enumerate(outputs)]
         k = self._kernel("validate.cl", kernel, (f"-DPK_WG={wg}",))
         k(self.queue, (groups * wg,), (wg,), a.data, *(b.data for b in bufs), np.int32(a.size))
         return [b.get(queue=self.queue) for b in bufs]
 
     def index_range(self, indices):
-        _check_native("indices", indices)
+        self._check_array(indices, "indices")
         kernels = {np.dtype(np.int64): "pk_index_range", np.dtype(np.int32): "pk_index_range_i32"}
         kernel = kernels.get(indices.dtype)
         if kernel is None:
@@ -464,7 +475,7 @@ class OpenCLBackend(Backend):
         return int(lo.min()), int(hi.max())
 
     def all_finite(self, a):
-        _check_native("a", a)
+        self._check_array(a, "a")
         kernel = {np.dtype(np.float32): "pk_count_nonfinite_f32",
                   np.dtype(np.float64): "pk_count_nonfinite_f64"}.get(a.dtype)  # fmt: skip
         if kernel is None:
