@@ -48,6 +48,25 @@ def nonneg_float_arg(name: str, value: Any) -> float:
     return v
 
 
+def dtype_of(a: Any) -> np.dtype | None:
+    """The NumPy dtype of an array of any library, or None if it has none NumPy knows.
+
+    NumPy, CuPy, pyopencl and Numba arrays carry NumPy dtypes; PyTorch's (``torch.float32``) are
+    not, and are mapped by their name, which NumPy spells the same way (``bfloat16`` has no NumPy
+    dtype: None).
+    """
+    dt = getattr(a, "dtype", None)
+    if dt is None:
+        return None
+    try:
+        return np.dtype(dt)
+    except TypeError:
+        try:
+            return np.dtype(str(dt).rpartition(".")[2])
+        except TypeError:
+            return None
+
+
 def describe(a: Any) -> str:
     """'shape (3, 4) float32' for error messages."""
     shape = getattr(a, "shape", None)

@@ -22,8 +22,20 @@ from portkern.backends import get_backend, names, probe
 #: Backends a CPU-only machine with the test extra installed can always run: CI fails, never
 #: skips, when one is missing. PORTKERN_REQUIRE overrides (e.g. "numpy,opencl,numba,cupy" on a GPU).
 REQUIRED = tuple(
-    n for n in os.environ.get("PORTKERN_REQUIRE", "numpy,opencl,numba").split(",") if n.strip()
+    n for n in os.environ.get("PORTKERN_REQUIRE", "numpy,opencl,numba,cuda_host").split(",") if n.strip()
 )
+
+
+def _devices(name: str) -> list[tuple[str, str | None]]:
+    """(test id, device) per device a backend's tests run on. OpenCL: every real device found, by
+    implementation (opencl-pocl, opencl-intel: two compilers for one CPU; Oclgrind has its own
+    test). Other backends: their default device."""
+    if name == "opencl" and probe(name).available:
+        from portkern.backends.opencl import device_ids
+
+        found = sorted(device_ids().items())
+        return [(f"opencl-{pid}", label) for pid, label in found] or [(name, None)]
+    return [(name, None)]
 
 
 def _backend_params(include_numpy: bool = True):
@@ -33,20 +45,27 @@ def _backend_params(include_numpy: bool = True):
             continue
         p = probe(name)
         marks = [] if p.available else [pytest.mark.skip(reason=f"{name}: {p.reason}")]
-        params.append(pytest.param(name, id=name, marks=marks))
+        params += [pytest.param((name, device), id=tid, marks=marks) for tid, device in _devices(name)]
     return params
 
 
+def _open(request, monkeypatch):
+    name, device = request.param
+    if device is not None:  # tests that look the backend up by name (backend=b.name) get this device too
+        monkeypatch.setenv(f"PORTKERN_{name.upper()}_DEVICE", device)
+    return get_backend(name, device)
+
+
 @pytest.fixture(params=_backend_params())
-def backend(request):
-    """Every available backend, the NumPy reference included."""
-    return get_backend(request.param)
+def backend(request, monkeypatch):
+    """Every available backend on each of its test devices, the NumPy reference included."""
+    return _open(request, monkeypatch)
 
 
 @pytest.fixture(params=_backend_params(include_numpy=False))
-def kernel_backend(request):
-    """Every available non-reference backend (compared against NumPy)."""
-    return get_backend(request.param)
+def kernel_backend(request, monkeypatch):
+    """Every available non-reference backend on each of its test devices (compared against NumPy)."""
+    return _open(request, monkeypatch)
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
-"""Every CUDA kernel source compiles with nvcc: cubin for sm_90 and PTX for compute_75, float and double."""
+"""Every CUDA kernel source compiles with nvcc: cubin for sm_90 and PTX for compute_75, float and double.
+
+nvcc comes from NVIDIA's PyPI wheel (``cuda-toolkit[nvcc,...]`` in the test extra), else from PATH.
+"""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from portkern._kernels import kernel_dir, load_source
+from portkern.backends import _cuda_tools
+from portkern.backends._cuda_tools import find_nvcc
 
 SOURCES = sorted(p.name for p in kernel_dir("cuda").glob("*.cu"))
 TARGETS = {"sm90": ("-cubin", "-arch=sm_90"), "compute75": ("--ptx", "-arch=compute_75")}
@@ -27,18 +31,49 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def nvcc() -> str:
-    path = shutil.which("nvcc")
-    if path is None:
-        if os.environ.get("PORTKERN_SKIP_NVCC") == "1":
-            pytest.skip("nvcc not found and PORTKERN_SKIP_NVCC=1")
-        pytest.fail("nvcc not found on PATH: install the CUDA toolkit, or set PORTKERN_SKIP_NVCC=1 to skip")
-    return path
+    found = find_nvcc()
+    if not found:
+        pytest.fail(found.how)
+    # nvcc runs the host preprocessor even for -cubin and --ptx.
+    if shutil.which("g++") is None:
+        pytest.fail(f"nvcc ({found.how}) needs a host C++ compiler; no g++ on PATH: apt-get install g++")
+    return found.path
+
+
+def _fake_nvcc(directory: Path) -> Path:
+    fake = directory / "nvcc"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_nvcc_wheel_comes_before_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(_fake_nvcc(tmp_path).parent))
+    found = find_nvcc()
+    assert found.how.startswith("PyPI wheel nvidia-cuda-nvcc"), f"{found} (is portkern[test] installed?)"
+    assert Path(found.path).parent.name == "bin"
+
+
+def test_nvcc_from_path_without_the_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_cuda_tools, "_NVCC_WHEELS", ())
+    monkeypatch.setenv("PATH", str(_fake_nvcc(tmp_path).parent))
+    assert find_nvcc() == _cuda_tools.Found(str(tmp_path / "nvcc"), "PATH")
+
+
+def test_no_nvcc_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_cuda_tools, "_NVCC_WHEELS", ())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = find_nvcc()
+    assert not found and "pip install" in found.how
 
 
 def test_all_kernel_files_present() -> None:
-    expected = {"cartpole", "pendulum", "mountain_car", "mountain_car_continuous", "acrobot", "gae",
-                "discounted_returns", "normalize", "gather", "mlp"}  # fmt: skip
-    assert {Path(s).stem for s in SOURCES} == expected
+    # One .cu per registered env (tests/test_env_sources.py checks each is complete) and per buffer op.
+    from portkern.envs import ENVS
+
+    stems = {Path(s).stem for s in SOURCES}
+    assert {spec.kernel for spec in ENVS.values()} <= stems
+    assert {"gae", "discounted_returns", "normalize", "gather", "mlp"} <= stems  # the buffer ops and the policy
 
 
 @pytest.mark.parametrize(("src", "target", "dtype"), CASES)

@@ -2,31 +2,32 @@
 #include "pk_common.cuh"
 
 struct PkMountainCarContinuous {
+    using Params = pk_mountain_car_continuous_params;
     static constexpr int D = 2, O = 2;
     using Act = float;
     static constexpr int ACTIONS = 0;  // a Box action
     // EnvSpec.action_high: the action space, fixed, not a physics param (the random policy's bound).
     static constexpr float ACT_HIGH = 1.0f;
 
-    __device__ static void reset(const REAL sym[4], const REAL *__restrict__ p, REAL s[2]) {
-        s[0] = p[9] + p[10] * sym[0];
+    __device__ static void reset(const REAL sym[4], const pk_mountain_car_continuous_params *__restrict__ p,
+                                 REAL s[2]) {
+        s[0] = p->reset_center + p->reset_half * sym[0];
         s[1] = (REAL)0.0;
     }
 
-    __device__ static void step(REAL s[2], float action, const REAL *__restrict__ p, REAL &reward, bool &term) {
-        const REAL min_a = p[0], max_a = p[1], min_pos = p[2], max_pos = p[3], max_speed = p[4];
-        const REAL goal_pos = p[5], goal_vel = p[6], power = p[7], gravity = p[8];
+    __device__ static void step(REAL s[2], float action, const pk_mountain_car_continuous_params *__restrict__ p,
+                                REAL &reward, bool &term) {
         REAL position = s[0], velocity = s[1];
         const REAL a = (REAL)action;
-        const REAL force = pk_min(pk_max(a, min_a), max_a);
-        velocity = velocity + (force * power - gravity * cos((REAL)3.0 * position));
-        velocity = pk_min(velocity, max_speed);
-        velocity = pk_max(velocity, -max_speed);
+        const REAL force = pk_min(pk_max(a, p->min_action), p->max_action);
+        velocity = velocity + (force * p->power - p->gravity * cos((REAL)3.0 * position));
+        velocity = pk_min(velocity, p->max_speed);
+        velocity = pk_max(velocity, -p->max_speed);
         position = position + velocity;
-        position = pk_min(position, max_pos);
-        position = pk_max(position, min_pos);
-        if (position == min_pos && velocity < (REAL)0.0) velocity = (REAL)0.0;
-        term = position >= goal_pos && velocity >= goal_vel;
+        position = pk_min(position, p->max_position);
+        position = pk_max(position, p->min_position);
+        if (position == p->min_position && velocity < (REAL)0.0) velocity = (REAL)0.0;
+        term = position >= p->goal_position && velocity >= p->goal_velocity;
         // The action cost uses the unclipped action, as Gymnasium's does.
         reward = (term ? (REAL)100.0 : (REAL)0.0) - a * a * (REAL)0.1;
         s[0] = position;
@@ -39,42 +40,4 @@ struct PkMountainCarContinuous {
     }
 };
 
-extern "C" __global__ void pk_mountain_car_continuous_reset(
-    REAL *__restrict__ s0, REAL *__restrict__ s1,
-    int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
-    REAL *__restrict__ obs, const REAL *__restrict__ params, uint seed, int fresh, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    REAL *const s[2] = {s0, s1};
-    pk_env_reset<PkMountainCarContinuous>(s, steps, episodes, needs_reset, obs, params, seed, fresh, i);
-}
-
-extern "C" __global__ void pk_mountain_car_continuous_step(
-    REAL *__restrict__ s0, REAL *__restrict__ s1,
-    int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
-    const float *__restrict__ actions, REAL *__restrict__ obs, REAL *__restrict__ final_obs,
-    REAL *__restrict__ reward, uchar *__restrict__ terminated, uchar *__restrict__ truncated,
-    const REAL *__restrict__ params, uint seed, int max_steps, int autoreset_mode, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    REAL *const s[2] = {s0, s1};
-    pk_env_step<PkMountainCarContinuous>(s, steps, episodes, needs_reset, actions, obs, final_obs, reward,
-                                         terminated, truncated, params, seed, max_steps, autoreset_mode, i);
-}
-
-extern "C" __global__ void pk_mountain_car_continuous_rollout(
-    REAL *__restrict__ s0, REAL *__restrict__ s1,
-    int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
-    REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward,
-    uchar *__restrict__ terminated, uchar *__restrict__ truncated, const REAL *__restrict__ params,
-    const float *__restrict__ policy, int policy_kind, int hidden,
-    REAL *__restrict__ out_obs, float *__restrict__ out_actions, REAL *__restrict__ out_rewards,
-    uchar *__restrict__ out_terminated, uchar *__restrict__ out_truncated, REAL *__restrict__ out_final_obs,
-    uint seed, int max_steps, int autoreset_mode, int t0, int t_count, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    REAL *const s[2] = {s0, s1};
-    pk_env_rollout<PkMountainCarContinuous>(s, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, params,
-                                            policy, policy_kind, hidden, out_obs, out_actions, out_rewards, out_terminated,
-                                            out_truncated, out_final_obs, seed, max_steps, autoreset_mode, t0, t_count, n, i);
-}
+PK_ENV_KERNELS(mountain_car_continuous, PkMountainCarContinuous)

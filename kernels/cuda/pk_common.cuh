@@ -1,4 +1,5 @@
-// Shared helpers for portkern's CUDA kernels: dtype macro, Philox4x32-10 and the reset draw.
+// Shared code of portkern's CUDA kernels: dtype macro, params structs, Philox4x32-10, the reset draw, and
+// the env kernels' one body (templates over an env struct) with the macro that generates their entry points.
 #ifndef PK_COMMON_CUH
 #define PK_COMMON_CUH
 
@@ -12,6 +13,8 @@ typedef unsigned char uchar;
 #define PK_STREAM_RESET 0u
 #define PK_STREAM_POLICY 1u
 
+// Every env's params struct, generated from its module (EnvSpec.c_struct); read by name, p->gravity.
+#include "pk_params.h"
 #include "pk_policy.cuh"
 
 // Philox4x32-10 (Salmon et al., SC'11), constants from Random123's philox.h.
@@ -50,10 +53,23 @@ template <class F> __device__ __forceinline__ F pk_max(F a, F b) { return a > b 
 template <class F> __device__ __forceinline__ F pk_min(F a, F b) { return a < b ? a : b; }
 template <class F> __device__ __forceinline__ F pk_clip(F x, F lo, F hi) { return pk_min(pk_max(x, lo), hi); }
 
-// The env kernels' shared body. An env is a struct with D (state size), O (obs size), its action
-// space (Act: int or float; ACTIONS: the number of discrete actions, 0 for a Box; ACT_HIGH: the Box
-// bound, EnvSpec.action_high) and static device functions reset(sym, params, s),
-// step(s, action, params, reward, term), observe(s, o).
+// The env kernels' shared body. An env is a struct with D (state size), O (obs size), Params (its
+// generated params struct), its action space (Act: int or float; ACTIONS: the number of discrete
+// actions, 0 for a Box; ACT_HIGH: the Box bound, EnvSpec.action_high) and static device functions
+// reset(sym, p, s), step(s, action, p, reward, term), observe(s, o). The state is one [D, N] array:
+// variable k of env i at k * n + i, so consecutive threads read consecutive addresses.
+template <class Env>
+__device__ __forceinline__ void pk_load_state(const REAL *__restrict__ state, int i, int n, REAL st[Env::D]) {
+#pragma unroll
+    for (int k = 0; k < Env::D; ++k) st[k] = state[(size_t)k * (size_t)n + (size_t)i];
+}
+
+template <class Env>
+__device__ __forceinline__ void pk_store_state(REAL *__restrict__ state, int i, int n, const REAL st[Env::D]) {
+#pragma unroll
+    for (int k = 0; k < Env::D; ++k) state[(size_t)k * (size_t)n + (size_t)i] = st[k];
+}
+
 template <class Env>
 __device__ __forceinline__ void pk_store_row(REAL *__restrict__ dst, size_t row, const REAL o[Env::O]) {
 #pragma unroll
@@ -61,32 +77,27 @@ __device__ __forceinline__ void pk_store_row(REAL *__restrict__ dst, size_t row,
 }
 
 template <class Env>
-__device__ __forceinline__ void pk_store_obs(REAL *__restrict__ dst, int i, const REAL s[Env::D]) {
-    REAL o[Env::O];
-    Env::observe(s, o);
-    pk_store_row<Env>(dst, (size_t)i, o);
-}
-
-template <class Env>
-__device__ __forceinline__ void pk_redraw(REAL s[Env::D], const REAL *__restrict__ params, uint seed, int i, uint ep) {
+__device__ __forceinline__ void pk_redraw(REAL s[Env::D], const typename Env::Params *__restrict__ p, uint seed, int i,
+                                          uint ep) {
     REAL sym[4];
     pk_reset_draw(seed, (uint)i, ep, sym);
-    Env::reset(sym, params, s);
+    Env::reset(sym, p, s);
 }
 
 template <class Env>
-__device__ __forceinline__ void pk_env_reset(REAL *const s[Env::D], int *__restrict__ steps, uint *__restrict__ episodes,
-                                             uchar *__restrict__ needs_reset, REAL *__restrict__ obs,
-                                             const REAL *__restrict__ params, uint seed, int fresh, int i) {
+__device__ __forceinline__ void pk_env_reset(REAL *__restrict__ state, int *__restrict__ steps,
+                                             uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
+                                             REAL *__restrict__ obs, const typename Env::Params *__restrict__ p,
+                                             uint seed, int fresh, int n, int i) {
     const uint ep = fresh ? 0u : episodes[i] + 1u;
     episodes[i] = ep;
-    REAL st[Env::D];
-    pk_redraw<Env>(st, params, seed, i, ep);
-#pragma unroll
-    for (int k = 0; k < Env::D; ++k) s[k][i] = st[k];
+    REAL st[Env::D], o[Env::O];
+    pk_redraw<Env>(st, p, seed, i, ep);
+    pk_store_state<Env>(state, i, n, st);
     steps[i] = 0;
     needs_reset[i] = 0;
-    pk_store_obs<Env>(obs, i, st);
+    Env::observe(st, o);
+    pk_store_row<Env>(obs, (size_t)i, o);
 }
 
 // One step of env i on state and counters held in registers, with the autoreset of either mode: the
@@ -95,18 +106,18 @@ __device__ __forceinline__ void pk_env_reset(REAL *const s[Env::D], int *__restr
 template <class Env>
 __device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep, bool &nr, typename Env::Act action,
                                                REAL o[Env::O], REAL fo[Env::O], REAL &r, bool &term, bool &trunc,
-                                               const REAL *__restrict__ params, uint seed, int max_steps,
+                                               const typename Env::Params *__restrict__ p, uint seed, int max_steps,
                                                int autoreset_mode, int i) {
     r = (REAL)0.0;
     term = trunc = false;
     if (autoreset_mode != 0 && nr) {
         // next_step: an env that finished on the previous call resets now instead of stepping.
         ep += 1u;
-        pk_redraw<Env>(st, params, seed, i, ep);
+        pk_redraw<Env>(st, p, seed, i, ep);
         t = 0;
         nr = false;
     } else {
-        Env::step(st, action, params, r, term);
+        Env::step(st, action, p, r, term);
         t += 1;
         trunc = t >= max_steps;  // both flags may be set, as Gymnasium's TimeLimit does
         if (autoreset_mode == 0) {
@@ -114,7 +125,7 @@ __device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep
             Env::observe(st, fo);
             if (term || trunc) {
                 ep += 1u;
-                pk_redraw<Env>(st, params, seed, i, ep);
+                pk_redraw<Env>(st, p, seed, i, ep);
                 t = 0;
             }
         } else {
@@ -128,23 +139,16 @@ __device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep
     }
 }
 
+// Everything pk_<env>_step writes besides obs: the state, the counters and the step's outputs.
 template <class Env>
-__device__ __forceinline__ void pk_env_step(REAL *const s[Env::D], int *__restrict__ steps, uint *__restrict__ episodes,
-                                            uchar *__restrict__ needs_reset,
-                                            const typename Env::Act *__restrict__ actions, REAL *__restrict__ obs,
-                                            REAL *__restrict__ final_obs, REAL *__restrict__ reward,
-                                            uchar *__restrict__ terminated, uchar *__restrict__ truncated,
-                                            const REAL *__restrict__ params, uint seed, int max_steps,
-                                            int autoreset_mode, int i) {
-    REAL st[Env::D], o[Env::O], fo[Env::O], r;
-#pragma unroll
-    for (int k = 0; k < Env::D; ++k) st[k] = s[k][i];
-    int t = steps[i];
-    uint ep = episodes[i];
-    bool nr = needs_reset[i] != 0, term, trunc;
-    pk_env_advance<Env>(st, t, ep, nr, actions[i], o, fo, r, term, trunc, params, seed, max_steps, autoreset_mode, i);
-#pragma unroll
-    for (int k = 0; k < Env::D; ++k) s[k][i] = st[k];
+__device__ __forceinline__ void pk_env_store(REAL *__restrict__ state, int *__restrict__ steps,
+                                             uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
+                                             REAL *__restrict__ obs, REAL *__restrict__ final_obs,
+                                             REAL *__restrict__ reward, uchar *__restrict__ terminated,
+                                             uchar *__restrict__ truncated, const REAL st[Env::D], int t, uint ep,
+                                             bool nr, const REAL o[Env::O], const REAL fo[Env::O], REAL r, bool term,
+                                             bool trunc, int n, int i) {
+    pk_store_state<Env>(state, i, n, st);
     steps[i] = t;
     episodes[i] = ep;
     needs_reset[i] = nr ? 1 : 0;
@@ -153,6 +157,24 @@ __device__ __forceinline__ void pk_env_step(REAL *const s[Env::D], int *__restri
     reward[i] = r;
     terminated[i] = term ? 1 : 0;
     truncated[i] = trunc ? 1 : 0;
+}
+
+template <class Env>
+__device__ __forceinline__ void pk_env_step(REAL *__restrict__ state, int *__restrict__ steps,
+                                            uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
+                                            const typename Env::Act *__restrict__ actions, REAL *__restrict__ obs,
+                                            REAL *__restrict__ final_obs, REAL *__restrict__ reward,
+                                            uchar *__restrict__ terminated, uchar *__restrict__ truncated,
+                                            const typename Env::Params *__restrict__ p, uint seed, int max_steps,
+                                            int autoreset_mode, int n, int i) {
+    REAL st[Env::D], o[Env::O], fo[Env::O], r;
+    pk_load_state<Env>(state, i, n, st);
+    int t = steps[i];
+    uint ep = episodes[i];
+    bool nr = needs_reset[i] != 0, term, trunc;
+    pk_env_advance<Env>(st, t, ep, nr, actions[i], o, fo, r, term, trunc, p, seed, max_steps, autoreset_mode, i);
+    pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
+                      o, fo, r, term, trunc, n, i);
 }
 
 // The policy's action at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -177,17 +199,16 @@ __device__ __forceinline__ typename Env::Act pk_env_act(const float *__restrict_
 // as on the host path: set_state() leaves that buffer as it was.
 template <class Env>
 __device__ __forceinline__ void pk_env_rollout(
-    REAL *const s[Env::D], int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
+    REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
     REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward, uchar *__restrict__ terminated,
-    uchar *__restrict__ truncated, const REAL *__restrict__ params, const float *__restrict__ policy, int policy_kind,
-    int hidden, REAL *__restrict__ out_obs, typename Env::Act *__restrict__ out_actions,
+    uchar *__restrict__ truncated, const typename Env::Params *__restrict__ p, const float *__restrict__ policy,
+    int policy_kind, int hidden, REAL *__restrict__ out_obs, typename Env::Act *__restrict__ out_actions,
     REAL *__restrict__ out_rewards, uchar *__restrict__ out_terminated, uchar *__restrict__ out_truncated,
     REAL *__restrict__ out_final_obs, uint seed, int max_steps, int autoreset_mode, int t0, int t_count, int n,
     int i) {
     if (t_count <= 0) return;
     REAL st[Env::D], o[Env::O], fo[Env::O], r = (REAL)0.0;
-#pragma unroll
-    for (int k = 0; k < Env::D; ++k) st[k] = s[k][i];
+    pk_load_state<Env>(state, i, n, st);
 #pragma unroll
     for (int k = 0; k < Env::O; ++k) o[k] = obs[(size_t)i * Env::O + k];
     int t = steps[i];
@@ -198,22 +219,51 @@ __device__ __forceinline__ void pk_env_rollout(
         const typename Env::Act a = pk_env_act<Env>(policy, policy_kind, hidden, o, seed, i, ep, t);
         pk_store_row<Env>(out_obs, at, o);
         out_actions[at] = a;
-        pk_env_advance<Env>(st, t, ep, nr, a, o, fo, r, term, trunc, params, seed, max_steps, autoreset_mode, i);
+        pk_env_advance<Env>(st, t, ep, nr, a, o, fo, r, term, trunc, p, seed, max_steps, autoreset_mode, i);
         out_rewards[at] = r;
         out_terminated[at] = term ? 1 : 0;
         out_truncated[at] = trunc ? 1 : 0;
         pk_store_row<Env>(out_final_obs, at, fo);
     }
-#pragma unroll
-    for (int k = 0; k < Env::D; ++k) s[k][i] = st[k];
-    steps[i] = t;
-    episodes[i] = ep;
-    needs_reset[i] = nr ? 1 : 0;
-    pk_store_row<Env>(obs, (size_t)i, o);
-    pk_store_row<Env>(final_obs, (size_t)i, fo);
-    reward[i] = r;
-    terminated[i] = term ? 1 : 0;
-    truncated[i] = trunc ? 1 : 0;
+    pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
+                      o, fo, r, term, trunc, n, i);
 }
+
+// An env's three entry points, generated from the templates above by one line in its file,
+// PK_ENV_KERNELS(cartpole, PkCartPole). They are extern "C", so the documented names
+// pk_<env>_reset / _step / _rollout (the OpenCL names too) are the symbols of every build: NVRTC,
+// nvcc's cubin and PTX, and a host compiler's shared library alike, with no C++ mangling to map.
+// One thread per env; the argument lists are kernels/README.md's.
+#define PK_ENV_KERNELS(name, Env)                                                                                     \
+    extern "C" __global__ void pk_##name##_reset(                                                                     \
+        REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
+        REAL *__restrict__ obs, const pk_##name##_params *__restrict__ p, uint seed, int fresh, int n) {             \
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
+        if (i < n) pk_env_reset<Env>(state, steps, episodes, needs_reset, obs, p, seed, fresh, n, i);                 \
+    }                                                                                                                 \
+    extern "C" __global__ void pk_##name##_step(                                                                      \
+        REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
+        const Env::Act *__restrict__ actions, REAL *__restrict__ obs, REAL *__restrict__ final_obs,                   \
+        REAL *__restrict__ reward, uchar *__restrict__ terminated, uchar *__restrict__ truncated,                     \
+        const pk_##name##_params *__restrict__ p, uint seed, int max_steps, int autoreset_mode, int n) {              \
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
+        if (i < n)                                                                                                    \
+            pk_env_step<Env>(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated,        \
+                             truncated, p, seed, max_steps, autoreset_mode, n, i);                                    \
+    }                                                                                                                 \
+    extern "C" __global__ void pk_##name##_rollout(                                                                   \
+        REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
+        REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward,                              \
+        uchar *__restrict__ terminated, uchar *__restrict__ truncated, const pk_##name##_params *__restrict__ p,      \
+        const float *__restrict__ policy, int policy_kind, int hidden, REAL *__restrict__ out_obs,                    \
+        Env::Act *__restrict__ out_actions, REAL *__restrict__ out_rewards, uchar *__restrict__ out_terminated,       \
+        uchar *__restrict__ out_truncated, REAL *__restrict__ out_final_obs, uint seed, int max_steps,                \
+        int autoreset_mode, int t0, int t_count, int n) {                                                             \
+        const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
+        if (i < n)                                                                                                    \
+            pk_env_rollout<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, p, \
+                                policy, policy_kind, hidden, out_obs, out_actions, out_rewards, out_terminated,       \
+                                out_truncated, out_final_obs, seed, max_steps, autoreset_mode, t0, t_count, n, i);    \
+    }
 
 #endif  // PK_COMMON_CUH

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._kernels import source_hash
+from .._validate import dtype_of
 from ..envs.base import EnvSpec
 
 #: autoreset modes as passed to kernels (``autoreset_mode`` argument).
@@ -75,8 +76,14 @@ class Backend(abc.ABC):
     extra: ClassVar[str | None] = None
     #: Position in listings (the reference first); ties sort by name.
     order: ClassVar[int] = 50
+    #: False for a correctness harness (cuda_host): it runs the parity suite but is never a timed target.
+    timed: ClassVar[bool] = True
     #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
     default_device_env: ClassVar[tuple[str, ...]] = ()
+    #: Where this backend stands on the spectrum of how deep a stack's kernels go (DESIGN.md,
+    #: "stack class"): "framework eager", "framework compiled" or "custom kernels". Fused
+    #: rollouts of a custom-kernel backend are "fused custom"; the benchmark says so per case.
+    stack_class: ClassVar[str] = "custom kernels"
 
     device_name: str
     supports_float64: bool
@@ -124,6 +131,15 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, str]:
         """Device and library versions for benchmark metadata."""
         return {"backend": self.name, "device": self.device_name}
+
+    def describe_verbose(self) -> dict[str, str]:
+        """describe() plus what ``portkern devices --verbose`` shows (how the driver was found, compiler output)."""
+        return self.describe()
+
+    def device_kind(self) -> str:
+        """"cpu", "gpu" or "accelerator", as the API reports the device's type (never guessed from its
+        name); backends that drive one kind only may keep this default."""
+        return "cpu"
 
     def memory_limits(self) -> tuple[int | None, int | None] | None:
         """(largest single allocation, total memory) of the device in bytes, or None if unbounded/unknown."""
@@ -201,7 +217,7 @@ class Backend(abc.ABC):
             raise TypeError(
                 f"{what}: expected a {self.name} device array, got {type(a).__module__}.{type(a).__name__}"
             )
-        if dtype is not None and np.dtype(a.dtype) != np.dtype(dtype):
+        if dtype is not None and dtype_of(a) != np.dtype(dtype):
             raise TypeError(f"{what}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
         if shape is not None and tuple(a.shape) != tuple(shape):
             raise ValueError(f"{what}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
@@ -297,7 +313,7 @@ class Backend(abc.ABC):
         self._check_array(obs, "obs")
         if len(obs.shape) != 2:
             raise ValueError(f"obs: expected a 2-D [N, obs_dim] array, got shape {tuple(obs.shape)}")
-        if np.dtype(obs.dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        if dtype_of(obs) not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"obs: expected float32 or float64, got {obs.dtype}")
         n, d = (int(x) for x in obs.shape)
         for name, v in (("hidden", hidden), ("obs_dim", d), ("out_dim", out_dim)):
