@@ -133,6 +133,7 @@ class Result:
     episodes: int
     phases: dict[str, float]
     updates: list[UpdateStats] = field(default_factory=list)
+    compile_s: float = 0.0  # torch_compile backend: seconds of calls that compiled (inside the phases)
 
 
 def train(args: argparse.Namespace) -> Result:
@@ -152,22 +153,28 @@ def train(args: argparse.Namespace) -> Result:
     target = args.target_return if args.target_return is not None else TARGETS.get(args.env_id, math.inf)
 
     with timer("setup"):
-        agent = Agent(D, env.spec.discrete_actions)
-        optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
         next_obs = env.reset()
+        # The torch backends return torch tensors on the env's device: the agent, the rollout
+        # storage and the advantages then live there too, and nothing crosses between libraries.
+        zero_copy = isinstance(next_obs, torch.Tensor)
+        device = next_obs.device if zero_copy else torch.device("cpu")
+        agent = Agent(D, env.spec.discrete_actions).to(device)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
 
-    # Host rollout storage. Torch tensors and their NumPy views share memory, so filling one fills the other.
-    obs_buf = torch.zeros((T, N, D))
-    final_obs_buf = torch.zeros((T, N, D))
-    actions_buf = torch.zeros((T, N), dtype=torch.long)
-    logprobs_buf = torch.zeros((T, N))
-    values_buf = torch.zeros((T, N))
-    obs_np, final_obs_np, values_np = obs_buf.numpy(), final_obs_buf.numpy(), values_buf.numpy()
-    rewards_np = np.zeros((T, N), dtype=np.float32)
-    terminated_np = np.zeros((T, N), dtype=np.bool_)
-    truncated_np = np.zeros((T, N), dtype=np.bool_)
+    # Rollout storage: torch tensors; on the host path their NumPy views share memory, so filling one fills the other.
+    obs_buf = torch.zeros((T, N, D), device=device)
+    final_obs_buf = torch.zeros((T, N, D), device=device)
+    actions_buf = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs_buf = torch.zeros((T, N), device=device)
+    values_buf = torch.zeros((T, N), device=device)
+    rewards_buf = torch.zeros((T, N), device=device)
+    terminated_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
+    truncated_buf = torch.zeros((T, N), dtype=torch.bool, device=device)
+    if not zero_copy:
+        obs_np, final_obs_np, values_np = obs_buf.numpy(), final_obs_buf.numpy(), values_buf.numpy()
+        rewards_np, terminated_np, truncated_np = rewards_buf.numpy(), terminated_buf.numpy(), truncated_buf.numpy()
 
-    episode_return = np.zeros(N, dtype=np.float64)
+    episode_return = torch.zeros(N, dtype=torch.float64, device=device)
     recent: deque[float] = deque(maxlen=args.solve_window)
     episodes, global_step, solved = 0, 0, False
     updates: list[UpdateStats] = []
@@ -177,26 +184,39 @@ def train(args: argparse.Namespace) -> Result:
             optimizer.param_groups[0]["lr"] = args.lr * (1.0 - (update - 1.0) / num_updates)
         finished: list[float] = []
         for t in range(T):
-            with timer("move"):
-                obs_np[t] = portkern.to_numpy(next_obs)  # copy: the env reuses its obs buffer
-            with timer("act"), torch.no_grad():
-                action, logprob, _, value = agent.act(obs_buf[t])
-            with timer("move"):
-                actions_buf[t] = action
-                logprobs_buf[t] = logprob
-                values_buf[t] = value
-                host_actions = action.numpy().astype(np.int32)
-            with timer("env"):
-                next_obs, reward, terminated, truncated = env.step(host_actions)
-                backend.synchronize()  # charge asynchronous kernels to stepping, not to the next copy
-            with timer("move"):
-                rewards_np[t] = portkern.to_numpy(reward)
-                terminated_np[t] = portkern.to_numpy(terminated)
-                truncated_np[t] = portkern.to_numpy(truncated)
-                # same_step autoreset: final_obs is every env's post-step obs (pre-reset where it finished).
-                final_obs_np[t] = portkern.to_numpy(env.final_obs)
-            episode_return += rewards_np[t]
-            done = terminated_np[t] | truncated_np[t]
+            if zero_copy:
+                # Same-device tensor copies into the rollout storage (the env reuses its buffers) are
+                # part of acting and stepping: nothing here is data movement between libraries.
+                with timer("act"), torch.no_grad():
+                    obs_buf[t] = next_obs
+                    action, logprob, _, value = agent.act(obs_buf[t])
+                    actions_buf[t], logprobs_buf[t], values_buf[t] = action, logprob, value
+                with timer("env"):
+                    next_obs, reward, terminated, truncated = env.step(action.to(torch.int32))
+                    rewards_buf[t], terminated_buf[t], truncated_buf[t] = reward, terminated, truncated
+                    final_obs_buf[t] = env.final_obs
+                    backend.synchronize()
+            else:
+                with timer("move"):
+                    obs_np[t] = portkern.to_numpy(next_obs)  # copy: the env reuses its obs buffer
+                with timer("act"), torch.no_grad():
+                    action, logprob, _, value = agent.act(obs_buf[t])
+                with timer("move"):
+                    actions_buf[t] = action
+                    logprobs_buf[t] = logprob
+                    values_buf[t] = value
+                    host_actions = action.numpy().astype(np.int32)
+                with timer("env"):
+                    next_obs, reward, terminated, truncated = env.step(host_actions)
+                    backend.synchronize()  # charge asynchronous kernels to stepping, not to the next copy
+                with timer("move"):
+                    rewards_np[t] = portkern.to_numpy(reward)
+                    terminated_np[t] = portkern.to_numpy(terminated)
+                    truncated_np[t] = portkern.to_numpy(truncated)
+                    # same_step autoreset: final_obs is every env's post-step obs (pre-reset where it finished).
+                    final_obs_np[t] = portkern.to_numpy(env.final_obs)
+            episode_return += rewards_buf[t]
+            done = terminated_buf[t] | truncated_buf[t]
             if done.any():
                 finished.extend(episode_return[done].tolist())
                 episode_return[done] = 0.0
@@ -207,17 +227,26 @@ def train(args: argparse.Namespace) -> Result:
         with timer("act"), torch.no_grad():
             # V(obs each step reached): gae zeroes it where the step terminated, keeps it where it truncated.
             next_values = agent.value(final_obs_buf.reshape(-1, D)).reshape(T, N)
-        with timer("move"):
-            next_values_np = next_values.numpy()
-        with timer("adv"):
-            advantages, returns = buffer.gae(
-                rewards_np, values_np, next_values_np, terminated_np, truncated_np,
-                gamma=args.gamma, lam=args.gae_lambda, backend=backend,
-            )  # fmt: skip
-            backend.synchronize()
-        with timer("move"):
-            b_advantages = torch.from_numpy(portkern.to_numpy(advantages)).reshape(-1)
-            b_returns = torch.from_numpy(portkern.to_numpy(returns)).reshape(-1)
+        if zero_copy:
+            with timer("adv"):
+                b_advantages, b_returns = buffer.gae(
+                    rewards_buf, values_buf, next_values, terminated_buf, truncated_buf,
+                    gamma=args.gamma, lam=args.gae_lambda, backend=backend,
+                )  # fmt: skip
+                backend.synchronize()
+            b_advantages, b_returns = b_advantages.reshape(-1), b_returns.reshape(-1)
+        else:
+            with timer("move"):
+                next_values_np = next_values.numpy()
+            with timer("adv"):
+                advantages, returns = buffer.gae(
+                    rewards_np, values_np, next_values_np, terminated_np, truncated_np,
+                    gamma=args.gamma, lam=args.gae_lambda, backend=backend,
+                )  # fmt: skip
+                backend.synchronize()
+            with timer("move"):
+                b_advantages = torch.from_numpy(portkern.to_numpy(advantages)).reshape(-1)
+                b_returns = torch.from_numpy(portkern.to_numpy(returns)).reshape(-1)
 
         with timer("update"):
             stats = ppo_update(
@@ -241,7 +270,8 @@ def train(args: argparse.Namespace) -> Result:
     wall = time.perf_counter() - t_start
     phases = dict(timer.seconds, other=max(0.0, wall - sum(timer.seconds.values())))
     final = float(np.mean(recent)) if recent else math.nan
-    return Result(solved, global_step, wall, final, episodes, phases, updates)
+    compile_s = sum(getattr(backend, "compile_seconds", {}).values())
+    return Result(solved, global_step, wall, final, episodes, phases, updates, compile_s)
 
 
 def ppo_update(
@@ -260,7 +290,7 @@ def ppo_update(
     batch_size = b_obs.shape[0]
     pg_loss = v_loss = entropy_loss = approx_kl = torch.zeros(())
     for _ in range(args.update_epochs):
-        perm = torch.randperm(batch_size)
+        perm = torch.randperm(batch_size, device=b_obs.device)
         for start in range(0, batch_size, minibatch_size):
             mb = perm[start : start + minibatch_size]
             _, newlogprob, entropy, newvalue = agent.act(b_obs[mb], b_actions[mb])
@@ -298,6 +328,9 @@ def report(args: argparse.Namespace, result: Result) -> str:
     for key, seconds in result.phases.items():
         label = PHASES.get(key, "other (episode bookkeeping, logging)")
         lines.append(f"  {label:<56} {seconds:8.2f} s  {100 * seconds / total:5.1f} %")
+    if result.compile_s:
+        label = "of which compiling (torch.compile, in the phases above)"
+        lines.append(f"  {label:<56} {result.compile_s:8.2f} s  {100 * result.compile_s / total:5.1f} %")
     lines += [
         f"env steps: {result.global_step}  episodes: {result.episodes}  wall time: {total:.1f} s  "
         f"({result.global_step / total:.0f} steps/s)",

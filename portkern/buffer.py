@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import describe, nonneg_float_arg, unit_float_arg
+from ._validate import describe, dtype_of, nonneg_float_arg, unit_float_arg
 from .backends import Backend, backend_of, get_backend
 
 __all__ = ["discounted_returns", "gae", "gather", "normalize"]
@@ -34,10 +34,10 @@ def _on(b: Backend, name: str, a: Any) -> Any:
 
 
 def _float_tn(name: str, a: Any, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> None:
-    dt = getattr(a, "dtype", None)
-    if dt is None or np.dtype(dt).name not in ("float32", "float64"):
+    dt = dtype_of(a)
+    if dt is None or dt.name not in ("float32", "float64"):
         raise TypeError(f"{name}: expected a float32 or float64 array, got {describe(a)}")
-    if dtype is not None and np.dtype(dt) != dtype:
+    if dtype is not None and dt != dtype:
         raise TypeError(f"{name}: expected dtype {dtype} (as rewards), got {describe(a)}")
     if shape is None:
         if len(a.shape) != 2 or 0 in a.shape:
@@ -47,7 +47,7 @@ def _float_tn(name: str, a: Any, shape: tuple[int, ...] | None, dtype: np.dtype 
 
 
 def _flags(name: str, a: Any, shape: tuple[int, ...]) -> None:
-    if getattr(a, "dtype", None) != np.bool_:
+    if dtype_of(a) != np.bool_:
         raise TypeError(f"{name}: expected a bool array of shape {shape}, got {describe(a)}")
     if tuple(a.shape) != shape:
         raise ValueError(f"{name}: expected shape {shape} (as rewards, [T, N]), got {describe(a)}")
@@ -78,7 +78,7 @@ def gae(
               ("next_values", next_values), ("terminated", terminated), ("truncated", truncated))]  # fmt: skip
     r, v, nv, term, trunc = arrays
     _float_tn("rewards", r, None, None)
-    shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+    shape, dtype = tuple(r.shape), dtype_of(r)
     _float_tn("values", v, shape, dtype)
     _float_tn("next_values", nv, shape, dtype)
     _flags("terminated", term, shape)
@@ -110,7 +110,7 @@ def discounted_returns(
     trunc = _on(b, "truncated", truncated)
     boot = _on(b, "bootstrap", bootstrap)
     _float_tn("rewards", r, None, None)
-    shape, dtype = tuple(r.shape), np.dtype(r.dtype)
+    shape, dtype = tuple(r.shape), dtype_of(r)
     _flags("terminated", term, shape)
     _flags("truncated", trunc, shape)
     if tuple(boot.shape) not in ((shape[1],), shape):
@@ -118,7 +118,7 @@ def discounted_returns(
             f"bootstrap: expected shape ({shape[1]},) or {shape} (rewards are [T, N] = {shape}), "
             f"got {describe(boot)}"
         )
-    if np.dtype(getattr(boot, "dtype", None)) != dtype:
+    if dtype_of(boot) != dtype:
         raise TypeError(f"bootstrap: expected dtype {dtype} (as rewards), got {describe(boot)}")
     out = b.zeros(shape, dtype)
     b.discounted_returns(r, term, trunc, boot, out, gamma)
@@ -130,12 +130,12 @@ def normalize(x: Any, eps: float = 1e-8, *, backend: str | Backend | None = None
     b = _resolve(backend, x)
     eps = nonneg_float_arg("eps", eps)
     x = _on(b, "x", x)
-    dt = getattr(x, "dtype", None)
-    if dt is None or np.dtype(dt).name not in ("float32", "float64"):
+    dt = dtype_of(x)
+    if dt is None or dt.name not in ("float32", "float64"):
         raise TypeError(f"x: expected a float32 or float64 array, got {describe(x)}")
     if int(np.prod(x.shape)) == 0:
         raise ValueError(f"x: expected at least one element, got {describe(x)}")
-    out = b.zeros(tuple(x.shape), np.dtype(dt))
+    out = b.zeros(tuple(x.shape), dt)
     b.normalize(x, out, eps)
     return out
 
@@ -147,9 +147,9 @@ def gather(x: Any, indices: Any, *, backend: str | Backend | None = None) -> Any
     idx = _on(b, "indices", indices)
     if len(x.shape) < 1 or x.shape[0] == 0:
         raise ValueError(f"x: expected an array with at least one row, got {describe(x)}")
-    if np.dtype(x.dtype).name not in ("float32", "float64"):
+    if getattr(dtype_of(x), "name", None) not in ("float32", "float64"):
         raise TypeError(f"x: expected a float32 or float64 array (cast other data first), got {describe(x)}")
-    if np.dtype(idx.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+    if dtype_of(idx) not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise TypeError(f"indices: expected an int32 or int64 array of shape (B,), got {describe(idx)}")
     if len(idx.shape) != 1:
         raise ValueError(f"indices: expected shape (B,), got {describe(idx)}")
@@ -158,7 +158,7 @@ def gather(x: Any, indices: Any, *, backend: str | Backend | None = None) -> Any
         lo, hi = b.index_range(idx)
         if lo < 0 or hi >= m:
             raise ValueError(f"indices: expected values in [0, {m - 1}] (rows of x), got values in [{lo}, {hi}]")
-    out = b.zeros((int(idx.shape[0]),) + tuple(x.shape[1:]), np.dtype(x.dtype))
+    out = b.zeros((int(idx.shape[0]),) + tuple(x.shape[1:]), dtype_of(x))
     if idx.shape[0]:
         b.gather(x, idx, out)
     return out

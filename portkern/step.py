@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import envs
-from ._validate import describe, dtype_arg, int_arg
+from ._validate import describe, dtype_arg, dtype_of, int_arg
 from .backends import AUTORESET_MODES, Backend, EnvBuffers, backend_of, get_backend
 from .policy import Policy, RolloutBuffer, sample_actions
 
@@ -227,7 +227,7 @@ class VectorEnv:
         native = self.backend.owns(actions) and not isinstance(actions, np.ndarray)
         if spec.is_discrete:
             expected = f"int array of shape ({n},) with values in [0, {spec.discrete_actions})"
-            if native and getattr(actions, "dtype", None) == np.int32 and tuple(actions.shape) == (n,):
+            if native and dtype_of(actions) == np.int32 and tuple(actions.shape) == (n,):
                 lo, hi = self.backend.index_range(actions)
                 if lo < 0 or hi >= spec.discrete_actions:
                     raise ValueError(f"actions: expected {expected}, got values in [{lo}, {hi}]")
@@ -244,7 +244,7 @@ class VectorEnv:
         else:
             expected = f"float array (float32 or float64) of shape ({n}, 1) or ({n},) with finite values"
             shape = tuple(getattr(actions, "shape", ()))
-            if native and getattr(actions, "dtype", None) == np.float32 and shape in ((n,), (n, 1)):
+            if native and dtype_of(actions) == np.float32 and shape in ((n,), (n, 1)):
                 if not self.backend.all_finite(actions):
                     raise ValueError(f"actions: expected {expected}, got NaN or inf")
                 return actions.reshape((n,)) if shape != (n,) else actions

@@ -84,6 +84,9 @@ class Backend(abc.ABC):
     #: "stack class"): "framework eager", "framework compiled" or "custom kernels". Fused
     #: rollouts of a custom-kernel backend are "fused custom"; the benchmark says so per case.
     stack_class: ClassVar[str] = "custom kernels"
+    #: Non-empty: why the shared test fixtures leave this backend to its own test module (a
+    #: backend whose every new shape costs a compile, e.g. torch_compile).
+    shared_suite_exclusion: ClassVar[str] = ""
 
     device_name: str
     supports_float64: bool

@@ -6,11 +6,14 @@ import math
 
 import numpy as np
 
-from .base import Derived, EnvSpec, KernelParams, Param, State
+from .base import Derived, EnvSpec, KernelParams, Param, State, namespace
 
-#: Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
-#: NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact.
-square = np.square
+
+def square(x):
+    """Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
+    NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact."""
+    return x * x
+
 
 PARAMS = (
     Param("dt", 0.2, "positive"),
@@ -55,17 +58,18 @@ def reset(sym: np.ndarray, p: KernelParams) -> State:
 
 def dsdt(p: KernelParams, a, theta1, theta2, dtheta1, dtheta2):
     """Gymnasium's AcrobotEnv._dsdt ("book" variant), operation for operation."""
+    xp = namespace(theta1, theta2)
     m2, i1, i2 = p.m2, p.i1, p.i2
-    d1 = p.c_a + m2 * (p.c_b + p.c_c * np.cos(theta2)) + i1 + i2
-    d2 = m2 * (p.c_d + p.c_e * np.cos(theta2)) + i2
-    phi2 = p.c_f * np.cos(theta1 + theta2 - p.half_pi)
+    d1 = p.c_a + m2 * (p.c_b + p.c_c * xp.cos(theta2)) + i1 + i2
+    d2 = m2 * (p.c_d + p.c_e * xp.cos(theta2)) + i2
+    phi2 = p.c_f * xp.cos(theta1 + theta2 - p.half_pi)
     phi1 = (
-        p.c_g * square(dtheta2) * np.sin(theta2)
-        - p.c_h * dtheta2 * dtheta1 * np.sin(theta2)
-        + p.c_j * np.cos(theta1 - p.half_pi)
+        p.c_g * square(dtheta2) * xp.sin(theta2)
+        - p.c_h * dtheta2 * dtheta1 * xp.sin(theta2)
+        + p.c_j * xp.cos(theta1 - p.half_pi)
         + phi2
     )
-    ddtheta2 = (a + d2 / d1 * phi1 - p.c_k * square(dtheta1) * np.sin(theta2) - phi2) / (
+    ddtheta2 = (a + d2 / d1 * phi1 - p.c_k * square(dtheta1) * xp.sin(theta2) - phi2) / (
         p.c_l + i2 - square(d2) / d1
     )
     ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
@@ -73,38 +77,41 @@ def dsdt(p: KernelParams, a, theta1, theta2, dtheta1, dtheta2):
 
 
 def _wrap(x: np.ndarray, lo, hi, span) -> np.ndarray:
-    # Gymnasium's wrap(): subtract/add the span one at a time (not fmod), so results match bit for bit.
-    x = x.copy()
-    while (over := x > hi).any():
-        x[over] = x[over] - span
-    while (under := x < lo).any():
-        x[under] = x[under] + span
+    # Gymnasium's wrap(): subtract/add the span one at a time (not fmod), so results match bit for
+    # bit. The loop runs while any element is out of range (a data-dependent trip count, once per
+    # 2*pi: set_state bounds the angles); where() changes only the elements out of range.
+    xp = namespace(x)
+    while bool(xp.any(x > hi)):
+        x = xp.where(x > hi, x - span, x)
+    while bool(xp.any(x < lo)):
+        x = xp.where(x < lo, x + span, x)
     return x
 
 
 def step(state: State, action: np.ndarray, p: KernelParams):
-    T = p.dtype.type
+    xp = namespace(*state)
     dt, dt2, dt6 = p.dt, p.dt2, p.dt6
     pi, two_pi, max_vel_1, max_vel_2 = p.pi, p.two_pi, p.max_vel_1, p.max_vel_2
     y = state
-    a = (action.astype(np.int64) - 1).astype(p.dtype)  # AVAIL_TORQUE = [-1, 0, +1]
+    a = xp.astype(xp.astype(action, xp.int64) - 1, y[0].dtype)  # AVAIL_TORQUE = [-1, 0, +1]
     k1 = dsdt(p, a, *y)
     k2 = dsdt(p, a, *(y[i] + dt2 * k1[i] for i in range(4)))
     k3 = dsdt(p, a, *(y[i] + dt2 * k2[i] for i in range(4)))
     k4 = dsdt(p, a, *(y[i] + dt * k3[i] for i in range(4)))
-    ns = [y[i] + dt6 * (k1[i] + T(2) * k2[i] + T(2) * k3[i] + k4[i]) for i in range(4)]
+    ns = [y[i] + dt6 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]) for i in range(4)]
     ns[0] = _wrap(ns[0], -pi, pi, two_pi)
     ns[1] = _wrap(ns[1], -pi, pi, two_pi)
-    ns[2] = np.minimum(np.maximum(ns[2], -max_vel_1), max_vel_1)
-    ns[3] = np.minimum(np.maximum(ns[3], -max_vel_2), max_vel_2)
-    terminated = -np.cos(ns[0]) - np.cos(ns[1] + ns[0]) > T(1)
-    reward = np.where(terminated, T(0), T(-1))
+    ns[2] = xp.minimum(xp.maximum(ns[2], -max_vel_1), max_vel_1)
+    ns[3] = xp.minimum(xp.maximum(ns[3], -max_vel_2), max_vel_2)
+    terminated = -xp.cos(ns[0]) - xp.cos(ns[1] + ns[0]) > 1.0
+    reward = xp.where(terminated, xp.zeros_like(ns[0]), xp.full_like(ns[0], -1.0))
     return tuple(ns), reward, terminated
 
 
 def observe(state: State) -> np.ndarray:
     s0, s1, s2, s3 = state
-    return np.stack([np.cos(s0), np.sin(s0), np.cos(s1), np.sin(s1), s2, s3], axis=1)
+    xp = namespace(*state)
+    return xp.stack([xp.cos(s0), xp.sin(s0), xp.cos(s1), xp.sin(s1), s2, s3], axis=1)
 
 
 def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -6,17 +6,53 @@ one declaration come the reference's values (:class:`KernelParams`, read as ``p.
 struct every OpenCL and CUDA env kernel takes (:meth:`EnvSpec.c_struct`, read as ``p->gravity``),
 and the NumPy structured dtype both are laid out by; no kernel or reference reads a param by
 position.
+
+The reference dynamics are written against the Python array API standard (through
+array-api-compat), so the specification itself runs on NumPy, PyTorch and any other conforming
+array library; :func:`namespace` gives a function its arrays' namespace, and :class:`ParamView`
+reads the params by name from a 1-D array of that library (on its device).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 State = tuple[np.ndarray, ...]
+
+#: (array types) -> array API namespace. A plain dict, not array-api-compat's lru_cache: it is
+#: looked up on every reference call, and torch.compile traces a dict lookup without a warning.
+_NAMESPACES: dict[tuple[type, ...], Any] = {}
+
+
+def namespace(*arrays: Any) -> Any:
+    """The array API namespace of ``arrays`` (``array_api_compat.array_namespace``): numpy for
+    NumPy arrays, torch for tensors, and so on, so one reference runs on every array library."""
+    key = tuple({type(a): None for a in arrays})
+    xp = _NAMESPACES.get(key)
+    if xp is None:
+        from array_api_compat import array_namespace
+
+        xp = _NAMESPACES[key] = array_namespace(*arrays)
+    return xp
+
+
+class ParamView:
+    """An env's params read by name from a 1-D array of any array library (``KernelParams.as_array()``
+    uploaded to a device): ``p.gravity`` is a 0-d array there, so the reference's arithmetic on
+    that library's arrays never goes back to the host. ``dtype`` is the NumPy dtype of the values.
+    """
+
+    _values: Any
+
+    def __init__(self, names: Sequence[str], values: Any, dtype: np.dtype | None = None) -> None:
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self._values = values  # the whole [P] array, for callers that pass it on (compiled code)
+        for i, name in enumerate(names):
+            setattr(self, name, values[i])
 
 #: Param domains: name -> (predicate, words for error messages).
 DOMAINS: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -116,7 +152,9 @@ class EnvSpec:
     """One environment: names, sizes, params, parity facts and the reference dynamics (the specification).
 
     Reference functions operate on structure-of-arrays state (a sequence of ``[N]`` arrays, one
-    per state variable), in the dtype of the arrays they get, with ``p`` a :class:`KernelParams`:
+    per state variable), in the dtype of the arrays they get, with ``p`` a :class:`KernelParams`
+    (NumPy scalars) or a :class:`ParamView` (0-d arrays of the state's library). They use only
+    the array API standard and never write to their inputs:
 
     * ``reset(sym, p) -> State``: initial state from ``sym`` ([N, 4] uniform in [-1, 1), see rng.symmetric).
     * ``step(state, action, p) -> (State, reward, terminated)``.

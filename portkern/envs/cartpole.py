@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .base import Derived, EnvSpec, KernelParams, Param, State
+from .base import Derived, EnvSpec, KernelParams, Param, State, namespace
 
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 
@@ -32,15 +32,17 @@ def reset(sym: np.ndarray, p: KernelParams) -> State:
 
 def step(state: State, action: np.ndarray, p: KernelParams):
     # Same operations in the same order as Gymnasium's CartPoleEnv.step, so float64 is bit-exact.
-    T = p.dtype.type
+    # Array API only (see envs.base): Python-float literals take the state's dtype, as NumPy
+    # scalars of that dtype did.
+    xp = namespace(*state)
     x, x_dot, theta, theta_dot = state
     total_mass, polemass_length, tau = p.total_mass, p.polemass_length, p.tau
-    force = np.where(action == 1, p.force_mag, -p.force_mag)
-    costheta = np.cos(theta)
-    sintheta = np.sin(theta)
-    temp = (force + polemass_length * np.square(theta_dot) * sintheta) / total_mass
+    force = xp.where(action == 1, p.force_mag, -p.force_mag)
+    costheta = xp.cos(theta)
+    sintheta = xp.sin(theta)
+    temp = (force + polemass_length * xp.square(theta_dot) * sintheta) / total_mass
     thetaacc = (p.gravity * sintheta - costheta * temp) / (
-        p.length * (T(4.0 / 3.0) - p.masspole * np.square(costheta) / total_mass)
+        p.length * (4.0 / 3.0 - p.masspole * xp.square(costheta) / total_mass)
     )
     xacc = temp - polemass_length * thetaacc * costheta / total_mass
     x = x + tau * x_dot
@@ -49,12 +51,12 @@ def step(state: State, action: np.ndarray, p: KernelParams):
     theta_dot = theta_dot + tau * thetaacc
     x_thr, th_thr = p.x_threshold, p.theta_threshold_radians
     terminated = (x < -x_thr) | (x > x_thr) | (theta < -th_thr) | (theta > th_thr)
-    reward = np.ones_like(x)
+    reward = xp.ones_like(x)
     return (x, x_dot, theta, theta_dot), reward, terminated
 
 
 def observe(state: State) -> np.ndarray:
-    return np.stack(state, axis=1)
+    return namespace(*state).stack(state, axis=1)
 
 
 def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State
+from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State, namespace
 
 PARAMS = (
     Param("min_position", -1.2),
@@ -29,25 +29,26 @@ CONSTRAINTS = (
 
 def reset(sym: np.ndarray, p: KernelParams) -> State:
     position = p.reset_center + p.reset_half * sym[:, 0]
-    return (position, np.zeros_like(position))
+    return (position, namespace(position).zeros_like(position))
 
 
 def step(state: State, action: np.ndarray, p: KernelParams):
-    T = p.dtype.type
+    # Array API only (see envs.base); clips are maximum then minimum, which is what np.clip computes.
+    xp = namespace(*state)
     position, velocity = state
     min_pos, max_speed = p.min_position, p.max_speed
-    push = (action.astype(np.int64) - 1).astype(p.dtype) * p.force
-    velocity = velocity + (push + np.cos(T(3) * position) * (-p.gravity))
-    velocity = np.clip(velocity, -max_speed, max_speed)
+    push = xp.astype(xp.astype(action, xp.int64) - 1, position.dtype) * p.force
+    velocity = velocity + (push + xp.cos(3.0 * position) * (-p.gravity))
+    velocity = xp.minimum(xp.maximum(velocity, -max_speed), max_speed)
     position = position + velocity
-    position = np.clip(position, min_pos, p.max_position)
-    velocity = np.where((position == min_pos) & (velocity < 0), T(0), velocity)
+    position = xp.minimum(xp.maximum(position, min_pos), p.max_position)
+    velocity = xp.where((position == min_pos) & (velocity < 0), xp.zeros_like(velocity), velocity)
     terminated = (position >= p.goal_position) & (velocity >= p.goal_velocity)
-    return (position, velocity), np.full_like(position, -1), terminated
+    return (position, velocity), xp.full_like(position, -1.0), terminated
 
 
 def observe(state: State) -> np.ndarray:
-    return np.stack(state, axis=1)
+    return namespace(*state).stack(state, axis=1)
 
 
 def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State
+from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State, namespace
 from .mountain_car import parity_states
 
 PARAMS = (
@@ -33,32 +33,32 @@ CONSTRAINTS = (
 
 def reset(sym: np.ndarray, p: KernelParams) -> State:
     position = p.reset_center + p.reset_half * sym[:, 0]
-    return (position, np.zeros_like(position))
+    return (position, namespace(position).zeros_like(position))
 
 
 def step(state: State, action: np.ndarray, p: KernelParams):
     # Gymnasium keeps this env's state in float32 and mixes in one float64 cos; the reference
     # computes in the env dtype throughout (see README, "Where the reference differs").
-    T = p.dtype.type
+    xp = namespace(*state)
     position, velocity = state
     max_speed, min_pos = p.max_speed, p.min_position
-    a = action.astype(p.dtype)
-    force = np.minimum(np.maximum(a, p.min_action), p.max_action)
-    velocity = velocity + (force * p.power - p.gravity * np.cos(T(3) * position))
-    velocity = np.minimum(velocity, max_speed)
-    velocity = np.maximum(velocity, -max_speed)
+    a = xp.astype(action, position.dtype)
+    force = xp.minimum(xp.maximum(a, p.min_action), p.max_action)
+    velocity = velocity + (force * p.power - p.gravity * xp.cos(3.0 * position))
+    velocity = xp.minimum(velocity, max_speed)
+    velocity = xp.maximum(velocity, -max_speed)
     position = position + velocity
-    position = np.minimum(position, p.max_position)
-    position = np.maximum(position, min_pos)
-    velocity = np.where((position == min_pos) & (velocity < 0), T(0), velocity)
+    position = xp.minimum(position, p.max_position)
+    position = xp.maximum(position, min_pos)
+    velocity = xp.where((position == min_pos) & (velocity < 0), xp.zeros_like(velocity), velocity)
     terminated = (position >= p.goal_position) & (velocity >= p.goal_velocity)
     # The action cost uses the unclipped action, as Gymnasium's does.
-    reward = np.where(terminated, T(100), T(0)) - a * a * T(0.1)
+    reward = xp.where(terminated, xp.full_like(a, 100.0), xp.zeros_like(a)) - a * a * 0.1
     return (position, velocity), reward, terminated
 
 
 def observe(state: State) -> np.ndarray:
-    return np.stack(state, axis=1)
+    return namespace(*state).stack(state, axis=1)
 
 
 SPEC = EnvSpec(

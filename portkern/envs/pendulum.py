@@ -6,11 +6,14 @@ import math
 
 import numpy as np
 
-from .base import Derived, EnvSpec, KernelParams, Param, State
+from .base import Derived, EnvSpec, KernelParams, Param, State, namespace
 
-#: Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
-#: NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact.
-square = np.square
+
+def square(x):
+    """Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
+    NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact."""
+    return x * x
+
 
 PARAMS = (
     Param("max_speed", 8.0, "positive"),
@@ -33,30 +36,34 @@ def reset(sym: np.ndarray, p: KernelParams) -> State:
 
 
 def angle_normalize(x: np.ndarray, pi, two_pi) -> np.ndarray:
-    # np.remainder is Python's modulo (sign of the divisor), which kernels reproduce with fmod + fix-up.
-    return np.remainder(x + pi, two_pi) - pi
+    # remainder is Python's modulo (sign of the divisor), which kernels reproduce with fmod + fix-up.
+    return namespace(x).remainder(x + pi, two_pi) - pi
 
 
 def step(state: State, action: np.ndarray, p: KernelParams):
-    T = p.dtype.type
+    xp = namespace(*state)
     th, thdot = state
+    dtype = th.dtype
     max_speed, max_torque, dt = p.max_speed, p.max_torque, p.dt
     # The action is float32 (the action space's dtype). Gymnasium's torque terms then stay in
     # float32 (NumPy 2 keeps Python-float * float32 in float32) and are promoted afterwards;
     # mirroring that is what makes the float64 reference bit-exact.
-    u = np.clip(action.astype(np.float32), np.float32(-max_torque), np.float32(max_torque))
-    u_cost = (np.float32(0.001) * square(u)).astype(T)
-    u_acc = (np.float32(p.torque_coef) * u).astype(T)
-    costs = square(angle_normalize(th, p.pi, p.two_pi)) + T(0.1) * square(thdot) + u_cost
-    newthdot = thdot + (p.grav_coef * np.sin(th) + u_acc) * dt
-    newthdot = np.clip(newthdot, -max_speed, max_speed)
+    u = xp.astype(action, xp.float32)
+    max_torque32 = xp.astype(max_torque, xp.float32)
+    u = xp.minimum(xp.maximum(u, -max_torque32), max_torque32)
+    u_cost = xp.astype(0.001 * square(u), dtype)
+    u_acc = xp.astype(xp.astype(p.torque_coef, xp.float32) * u, dtype)
+    costs = square(angle_normalize(th, p.pi, p.two_pi)) + 0.1 * square(thdot) + u_cost
+    newthdot = thdot + (p.grav_coef * xp.sin(th) + u_acc) * dt
+    newthdot = xp.minimum(xp.maximum(newthdot, -max_speed), max_speed)
     newth = th + newthdot * dt
-    return (newth, newthdot), -costs, np.zeros(th.shape, dtype=bool)
+    return (newth, newthdot), -costs, xp.zeros_like(th, dtype=xp.bool)
 
 
 def observe(state: State) -> np.ndarray:
     th, thdot = state
-    return np.stack([np.cos(th), np.sin(th), thdot], axis=1)
+    xp = namespace(th, thdot)
+    return xp.stack([xp.cos(th), xp.sin(th), thdot], axis=1)
 
 
 def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
