@@ -20,7 +20,9 @@ from portkern.backends import EnvBuffers, get_backend, probe
 from portkern.envs import ENVS
 from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer
 
-BACKENDS = ("cupy", "numba", "opencl")
+#: Every GPU backend, one stack class after another: custom kernels (cupy, numba, opencl), framework
+#: eager (torch) and framework compiled (torch_compile, Inductor's Triton kernels).
+BACKENDS = ("cupy", "numba", "opencl", "torch", "torch_compile")
 #: CartPole same_step, float32, per env and step, as the kernel moves them: reads state 16 + steps 4 +
 #: action 4; writes state 16 + steps 4 + obs 16 + final_obs 16 + reward 4 + terminated 1 + truncated 1.
 #: Resets (episodes read + write, ~5% of envs per step under random actions) and params are not counted.
@@ -34,8 +36,11 @@ ROLLOUT_PATHS = ("fused", "device", "fused_mlp", "host")  # device-resident path
 
 
 def _device(name: str) -> str | None:
-    # OpenCL picks its platform by substring; the CUDA backends take the default GPU.
-    return os.environ.get("PORTKERN_OPENCL_DEVICE", "nvidia") if name == "opencl" else None
+    # OpenCL picks its platform by substring; torch needs "cuda" (its default is the CPU); the CUDA
+    # backends take the default GPU.
+    if name == "opencl":
+        return os.environ.get("PORTKERN_OPENCL_DEVICE", "nvidia")
+    return "cuda" if name.startswith("torch") else None
 
 
 def _timed(
@@ -127,12 +132,13 @@ def cartpole_step(name: str, n: int, steps: int, ceiling: float | None) -> dict[
     spec = ENVS["CartPole-v1"]
     dt = np.dtype(np.float32)
     z = be.zeros
-    bufs = EnvBuffers([z((n,), dt) for _ in spec.state_names], z((n,), np.int32), z((n,), np.uint32),
+    bufs = EnvBuffers(z((spec.state_dim, n), dt), z((n,), np.int32), z((n,), np.uint32),
                       z((n,), np.bool_), z((n, spec.obs_dim), dt), z((n, spec.obs_dim), dt), z((n,), dt),
                       z((n,), np.bool_), z((n,), np.bool_))  # fmt: skip
     params = spec.param_vector(spec.resolve_params(None), dt)
     actions = be.from_host(np.random.default_rng(0).integers(0, 2, n).astype(np.int32))
     be.env_reset(spec, bufs, params, 0, True)
+    compile_before = getattr(be, "compile_seconds", None)
     sec = _timed(lambda: be.env_step(spec, bufs, actions, params, 0, 500, "same_step"), be.synchronize, steps)
     ends = float(be.to_host(bufs.terminated).mean())
     out = {"backend": name, "device": be.device_name, "num_envs": n, "steps_timed": steps, "seconds_per_step": sec,
@@ -140,6 +146,8 @@ def cartpole_step(name: str, n: int, steps: int, ceiling: float | None) -> dict[
            "bytes_per_s": n * CARTPOLE_BYTES_PER_STEP / sec, "terminated_fraction_last_step": ends}  # fmt: skip
     if ceiling:
         out["fraction_of_copy_bandwidth"] = out["bytes_per_s"] / ceiling
+    if compile_before is not None:  # torch_compile: the warm-up's compile, kept apart from throughput
+        out["compile_seconds_total"] = be.compile_seconds
     return out
 
 
