@@ -1,9 +1,24 @@
-"""pytest-benchmark plumbing for the portability suite: options, case parametrisation, parity-then-time, metadata."""
+"""pytest-benchmark plumbing for the portability suite: options, cases, parity-then-time in interleaved groups, metadata.
+
+Cases that are compared are timed together. A *group* is every case of one comparison kernel
+(a kernel, or the three data paths of one rollout) at one size on one piece of hardware: every
+backend, every driver (OpenCL platform) and, with ``--pk-tune``, every knob configuration. The
+first test of a group to run prepares every member and checks its parity against the reference.
+The group's rounds are then timed in *visits*, one at the first test of each of its targets (tests
+run target by target, so the visits are spread over the run and sample its changing load), each
+visit timing all members that run in interleaved rounds (``suite.interleave``), so the drift of a
+shared machine hits them alike and round r of one member pairs with round r of another. Each test
+reports its own parity outcome at once (unsupported and invalid configurations skip, parity
+failures fail); its rounds reach its pytest-benchmark record and its ``portkern`` case when the
+group's last visit is done (at the latest before the JSON is written). Simulators and correctness
+harnesses (``Backend.timed = False``) are checked, never timed.
+"""
 
 from __future__ import annotations
 
+import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pytest
@@ -13,12 +28,14 @@ from portkern.portability import suite
 
 _CASES = pytest.StashKey[list]()
 _DEVICES = pytest.StashKey[dict]()
+_GROUPS = pytest.StashKey[dict]()  # nodeid -> its Group (timed cases only)
+_LOAD = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("portkern", "portkern portability benchmark")
     g.addoption("--pk-sizes", default="full",
-                help="quick | full (a ladder scaled to each device's copy bandwidth) | N[,N...] items")
+                help="quick | full (a ladder scaled to each device's copy bandwidth) | N[,N...] items (N >= 1)")
     g.addoption("--pk-backend", default="", help="comma-separated backends (default: all the registry knows)")
     g.addoption("--pk-device", default="", help="only devices whose name contains this substring")
     g.addoption("--pk-tune", action="store_true",
@@ -27,13 +44,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--pk-no-simulators", action="store_true", help="leave simulator devices out entirely")  # fmt: skip
     g.addoption("--pk-rollout-steps", type=int, default=None,
                 help=f"T of the rollout cases (default {suite.ROLLOUT_T}; {suite.QUICK_ROLLOUT_T} with --pk-sizes=quick)")
+    g.addoption("--pk-rounds", type=int, default=None,
+                help=f"interleaved rounds per group (default {suite.ROUNDS}; {suite.QUICK_ROUNDS} with --pk-sizes=quick)")
+    g.addoption("--pk-slot-ms", type=float, default=None,
+                help=f"shortest timed slot of one case in a round, ms (default {suite.SLOT_S * 1e3:g}; "
+                     f"{suite.QUICK_SLOT_S * 1e3:g} with --pk-sizes=quick)")  # fmt: skip
+    g.addoption("--pk-visits", type=int, default=3,
+                help="most visits a group's rounds are split into, one at the first test of each of its targets "
+                     "(spread over the run); 1: all rounds at once (default 3)")  # fmt: skip
+    g.addoption("--pk-group-s", type=float, default=None,
+                help=f"most seconds of rounds per group; fewer rounds (>= {suite.MIN_ROUNDS}) beyond it (default "
+                     f"{suite.GROUP_BUDGET_S:g}; {suite.QUICK_GROUP_BUDGET_S:g} with --pk-sizes=quick)")  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Options checked before collection: a usage error (exit code 4), not an error in every test module.
+    _check_sizes(config.getoption("--pk-sizes"))
+    steps = config.getoption("--pk-rollout-steps")
+    if steps is not None and steps < 1:
+        raise pytest.UsageError(f"--pk-rollout-steps: expected an int >= 1, got {steps}")
+    _timing(config)
+    if config.getoption("--pk-visits") < 1:
+        raise pytest.UsageError(f"--pk-visits: expected an int >= 1, got {config.getoption('--pk-visits')}")
     config.stash[_CASES] = []
     config.stash[_DEVICES] = {}
+    config.stash[_GROUPS] = {}
+    config.stash[_LOAD] = {"start": _loadavg()}
+    suite.run_info()  # fingerprints the code now, at the start of the run
     config.addinivalue_line("markers", "pk_kernels(*names): the kernels a benchmark function measures, one "
                                        "case each (the function reads case.kernel)")  # fmt: skip
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -41,7 +87,7 @@ class Case:
     target: suite.Target
     size: int
     config: dict[str, Any] | None  # None: whatever the backend instance has (its defaults)
-    kernel: str = ""  # set for functions marked pk_kernels
+    kernel: str = ""
     steps: int = suite.ROLLOUT_T  # a rollout's T
 
     @property
@@ -55,16 +101,20 @@ def _machine(config: pytest.Config) -> str:
     return suite.machine_label(config.getoption("--pk-machine") or None)
 
 
+def _quick(config: pytest.Config) -> bool:
+    return config.getoption("--pk-sizes") == "quick"
+
+
 def _device(config: pytest.Config, t: suite.Target) -> dict[str, Any]:
-    """Device info of an available target (opened once), with the full-mode size ladder of its device."""
+    """Device info of an available target (opened once), with the full-mode size ladder of its hardware."""
     cache = config.stash[_DEVICES]
     if t not in cache:
         b = suite.open_backend(t)
         info = suite.device_info(b, t, _machine(config))
         cache[t] = info
-        if config.getoption("--pk-sizes") == "full" and not t.simulator:
-            # Every backend on one physical device gets the same ladder, so they can be compared.
-            same = [i for i in cache.values() if i["device_key"] == info["device_key"] and "sizes" in i]
+        if config.getoption("--pk-sizes") == "full" and info["kind"] != "simulator":
+            # Every backend on one piece of hardware gets the same ladder, so they can be compared.
+            same = [i for i in cache.values() if i["hardware_key"] == info["hardware_key"] and "sizes" in i]
             info["sizes"] = same[0]["sizes"] if same else suite.full_sizes(suite.copy_bandwidth(b))
     return cache[t]
 
@@ -79,20 +129,46 @@ def _sizes(config: pytest.Config, t: suite.Target, kernel: str) -> tuple[int, ..
     elif mode == "full":
         sizes = _device(config, t)["sizes"][fam]
     else:
-        try:
-            sizes = tuple(int(s) for s in mode.split(",")) if fam != "copy" else suite.QUICK_SIZES["copy"]
-        except ValueError:
-            raise pytest.UsageError(f"--pk-sizes: expected quick, full or N[,N...], got {mode!r}") from None
+        sizes = _check_sizes(mode) if fam != "copy" else suite.QUICK_SIZES["copy"]
     return sizes[-1:] if config.getoption("--pk-tune") else sizes
+
+
+def _check_sizes(mode: str) -> tuple[int, ...]:
+    """The item counts of ``--pk-sizes N[,N...]`` (empty for quick/full); a usage error for anything else."""
+    if mode in ("quick", "full"):
+        return ()
+    try:
+        sizes = tuple(int(s) for s in mode.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise pytest.UsageError(f"--pk-sizes: expected quick, full or N[,N...] with each N >= 1 items, got {mode!r}")
+    return sizes
 
 
 def _rollout_steps(config: pytest.Config, t: suite.Target) -> int:
     steps = config.getoption("--pk-rollout-steps")
     if steps is None:
-        steps = suite.QUICK_ROLLOUT_T if config.getoption("--pk-sizes") == "quick" else suite.ROLLOUT_T
+        steps = suite.QUICK_ROLLOUT_T if _quick(config) else suite.ROLLOUT_T
     if steps < 1:
         raise pytest.UsageError(f"--pk-rollout-steps: expected an int >= 1, got {steps}")
     return min(steps, suite.SIM_ROLLOUT_T) if t.simulator else steps  # simulators: parity only
+
+
+def _timing(config: pytest.Config) -> tuple[int, float, float]:
+    """(rounds, slot seconds, group budget seconds) from the options, defaults by mode."""
+    q = _quick(config)
+    rounds = config.getoption("--pk-rounds") or (suite.QUICK_ROUNDS if q else suite.ROUNDS)
+    slot_ms = config.getoption("--pk-slot-ms")
+    budget = config.getoption("--pk-group-s")
+    if rounds < 2:
+        raise pytest.UsageError(f"--pk-rounds: expected an int >= 2 (intervals need rounds), got {rounds}")
+    if slot_ms is not None and not slot_ms > 0:
+        raise pytest.UsageError(f"--pk-slot-ms: expected a number > 0, got {slot_ms}")
+    if budget is not None and not budget > 0:
+        raise pytest.UsageError(f"--pk-group-s: expected a number > 0, got {budget}")
+    slot_s = slot_ms / 1e3 if slot_ms else (suite.QUICK_SLOT_S if q else suite.SLOT_S)
+    return rounds, slot_s, budget or (suite.QUICK_GROUP_BUDGET_S if q else suite.GROUP_BUDGET_S)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -100,12 +176,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     config = metafunc.config
     marker = metafunc.definition.get_closest_marker("pk_kernels")
-    if marker is not None:
-        kernels, named = list(marker.args), True
-    else:
-        kernel = metafunc.function.__name__.removeprefix("test_")
-        # knob and size family only: the function picks its kernel (e.g. per env)
-        kernels, named = [{"env_step": "step:CartPole-v1", "copy_bandwidth": "copy"}.get(kernel, kernel)], False
+    if marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a benchmark taking `case` needs @pytest.mark.pk_kernels")
+    kernels = list(marker.args)
     only = {s for s in config.getoption("--pk-backend").split(",") if s} or None
     params = []
     for t in suite.targets(only, config.getoption("--pk-device") or None):
@@ -116,8 +189,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if t.simulator and (config.getoption("--pk-no-simulators") or kernels == ["copy"]):
             continue
         steps = _rollout_steps(config, t)
-        # Sizes outside kernels: the paths of one (env, policy, N) run one after another, so the
-        # host path's buffer, their parity reference, is made once.
         for size in sorted({s for k in kernels for s in _sizes(config, t, k)}):
             for kernel in kernels:
                 if size not in _sizes(config, t, kernel):
@@ -126,64 +197,251 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 if config.getoption("--pk-tune") and not t.simulator:
                     configs = suite.all_configs(kernel, suite.open_backend(t), steps) or [None]
                 for cfg in configs:
-                    case = Case(t, size, cfg, kernel if named else "", steps)
+                    case = Case(t, size, cfg, kernel, steps)
                     params.append(pytest.param(case, id=case.id))
     metafunc.parametrize("case", params)
 
 
+# ---- groups: parity first, then interleaved rounds in visits spread over the run ---------------
+@dataclass
+class Outcome:
+    """What one case's test reports: its record fields, and its rounds once its group has been timed."""
+
+    rec: dict[str, Any]
+    timeable: bool = False  # built, ran, and its target is timed
+    round_s: list[float] = field(default_factory=list)
+    round_reps: list[int] = field(default_factory=list)
+    prep: suite.Prepared | None = None
+    record: dict[str, Any] | None = None  # the test's case record, once its test has run
+    benchmark: Any = None
+    fed: bool = False
+
+
+@dataclass
+class Group:
+    gid: str
+    members: list[tuple[str, Case]]  # (nodeid, case), in collection order
+    visit_at: dict[str, int] = field(default_factory=dict)  # nodeid -> the visit its test triggers
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    checked: bool = False
+    visits_done: int = 0
+
+    @property
+    def visits(self) -> int:
+        return len(self.visit_at)
+
+    @property
+    def done(self) -> bool:
+        return self.checked and self.visits_done >= self.visits
+
+
+def _timed_target(config: pytest.Config, t: suite.Target) -> bool:
+    if not t.available or t.simulator:
+        return False
+    try:
+        return _device(config, t)["kind"] != "simulator"
+    except Exception:  # noqa: BLE001 - a target that does not open is reported by its own test
+        return False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Form the groups from the cases that will run (after -k/-m deselection), and their visits.
+
+    A group's rounds are split into visits, one at the first test of each of its targets (tests
+    run target by target, so the visits are spread over the whole run and sample its changing
+    load, not just one window of it); ``--pk-visits`` caps their number.
+    """
+    config = session.config
+    groups: dict[tuple[Any, ...], Group] = {}
+    for item in session.items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        if not isinstance(case, Case) or not case.kernel or not _timed_target(config, case.target):
+            continue
+        hw = _device(config, case.target)["hardware_key"]
+        key = (suite.comparison_kernel(case.kernel), case.size, hw)
+        if key not in groups:
+            groups[key] = Group(f"{key[0]}@{hw}-n{case.size}", [])
+        groups[key].members.append((item.nodeid, case))
+    cap = config.getoption("--pk-visits")
+    for g in groups.values():
+        seen: list[suite.Target] = []
+        for nodeid, case in g.members:
+            if case.target not in seen and len(seen) < cap:
+                seen.append(case.target)
+                g.visit_at[nodeid] = len(seen) - 1
+    config.stash[_GROUPS] = {nodeid: g for g in groups.values() for nodeid, _ in g.members}
+
+
+def _check(config: pytest.Config, case: Case, shared: dict[tuple[Any, ...], suite.Prepared]) -> Outcome:
+    """Prepare one case and check its parity under its knobs (preparation shared between knob configs)."""
+    t, kernel, steps = case.target, case.kernel, case.steps
+    rec: dict[str, Any] = {}
+    try:
+        b = suite.open_backend(t)
+    except BackendUnavailable as exc:
+        return Outcome({"status": "unsupported", "reason": str(exc)})
+    default = suite.current_config(kernel, b, steps=steps)
+    with suite.applied(b, case.config):
+        rec["config"] = suite.current_config(kernel, b, case.config, steps)
+        prep = None
+        try:
+            prep = _prepared(b, case, shared)
+            parity = prep.check()
+        except NotImplementedError as exc:  # Unsupported and every other NotImplementedError
+            parity = suite.Parity("unsupported", None, f"{type(exc).__name__}: {exc}".splitlines()[0])
+        except Exception as exc:  # noqa: BLE001 - a kernel that does not build or run fails, it is not "missing"
+            status = "invalid-config" if rec["config"] != default else "fail"
+            parity = suite.Parity(status, None, f"{type(exc).__name__}: {exc}".splitlines()[0])
+    rec.update(status=parity.status, max_error=parity.max_error, reason=parity.reason)
+    ran = prep is not None and (parity.status == "pass" or (parity.status == "fail" and parity.max_error is not None))
+    if prep is None or not ran:
+        shared.pop(_prep_key(case), None)  # a preparation that failed is not reused
+        return Outcome(rec)
+    rec.update(items=prep.items, bytes=prep.bytes, unit=prep.unit, shape=list(prep.shape), **prep.info)
+    return Outcome(rec, timeable=_timed_target(config, t), prep=prep)
+
+
+def _prep_key(case: Case) -> tuple[Any, ...]:
+    # Knobs that are backend attributes are read at launch, so one preparation serves them all;
+    # case knobs (steps_per_launch) are baked into it.
+    return (case.target, case.kernel, case.size, case.steps,
+            tuple((k, (case.config or {}).get(k)) for k in suite.CASE_KNOBS))  # fmt: skip
+
+
+def _prepared(b: Any, case: Case, shared: dict[tuple[Any, ...], suite.Prepared]) -> suite.Prepared:
+    key = _prep_key(case)
+    if key not in shared:
+        shared[key] = suite.prepare(b, case.kernel, case.size, case.config, case.steps)
+    return shared[key]
+
+
+def _check_all(config: pytest.Config, group: Group) -> None:
+    """Parity of every member first (its preparation kept for the first visit)."""
+    shared: dict[tuple[Any, ...], suite.Prepared] = {}
+    for nodeid, case in group.members:
+        group.outcomes[nodeid] = _check(config, case, shared)
+    group.checked = True
+
+
+def _visit(config: pytest.Config, group: Group) -> None:
+    """One visit: this share of the group's rounds, every timed member interleaved."""
+    disabled = bool(getattr(getattr(config, "_benchmarksession", None), "disabled", False))
+    rounds, slot_s, budget = _timing(config)
+    v, n = group.visits_done, group.visits
+    timed = [(nodeid, case) for nodeid, case in group.members if group.outcomes[nodeid].timeable and not disabled]
+    shared: dict[tuple[Any, ...], suite.Prepared] = {}
+    slots, reps, live = [], [], []
+    for nodeid, case in timed:
+        out = group.outcomes[nodeid]
+        b = suite.open_backend(case.target)
+        try:
+            if out.prep is None:  # released after the previous visit: the same inputs, made again
+                with suite.applied(b, case.config):
+                    out.prep = _prepared(b, case, shared)
+            slot = suite.make_slot(b, out.prep, case.config)
+            r = suite.calibrate(slot, slot_s)  # warm-up launches build and cache programs
+        except Exception as exc:  # noqa: BLE001 - passed parity, then broke: a failure of this case, not of the group
+            out.rec.update(status="fail", reason=f"{type(exc).__name__} while timing: {exc}".splitlines()[0])
+            out.timeable = False
+            continue
+        slots.append(slot)
+        reps.append(r)
+        live.append(out)
+    share = -(-rounds // n)  # this visit's rounds
+    min_rounds = -(-suite.MIN_ROUNDS // n)
+    for out, r, secs in zip(live, reps, suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v)):
+        out.round_s += secs
+        out.round_reps += [r] * len(secs)
+    for out in group.outcomes.values():
+        out.prep = None  # the group's buffers go now, before the next group allocates its own
+    group.visits_done += 1
+    if group.done:
+        for out in group.outcomes.values():
+            _feed(out, group)
+
+
+def _feed(out: Outcome, group: Group) -> None:
+    """Put a finished group's rounds into one member's case record and its pytest-benchmark record."""
+    if out.fed or out.record is None or not group.done:
+        return
+    out.fed = True
+    rec = out.record
+    rec.update({k: v for k, v in out.rec.items() if k in ("status", "reason")})
+    if not out.round_s:
+        return
+    summary = suite.round_summary(out.round_s, rec["items"])
+    rec.update(round_group=group.gid, rounds=summary["rounds"], visits=group.visits, round_reps=out.round_reps,
+               round_s=out.round_s, items_per_s_rounds=summary)  # fmt: skip
+    rec.update(suite.rates(rec["items"], rec["bytes"], rec["items"] / summary["median"], rollout=bool(rec.get("path"))))
+    bench = out.benchmark
+    if bench is None:
+        return
+    bench.extra_info.update(rec)
+    # pytest-benchmark times one function per test; a group's rounds are timed together, so its
+    # per-round figures (seconds per launch) go into the test's statistics object instead.
+    make_stats = getattr(bench, "_make_stats", None)
+    if make_stats is not None and not bench.disabled:
+        stats = make_stats(1)
+        for s in out.round_s:
+            stats.update(s)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    """Visits still due (a run stopped early, -x) happen before pytest-benchmark writes its JSON."""
+    for group in {id(g): g for g in session.config.stash.get(_GROUPS, {}).values()}.values():
+        if group.checked:
+            while not group.done:
+                _visit(session.config, group)
+    yield
+
+
 @pytest.fixture
 def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Callable[[str], None]:
-    """``measure(kernel)``: check parity against the reference, record the outcome, then time one launch."""
+    """``measure(kernel)``: report this case's parity outcome; its rounds are recorded with its group's."""
     config = request.config
 
     def run(kernel: str) -> None:
+        if kernel != case.kernel:
+            raise ValueError(f"measure({kernel!r}): this case measures {case.kernel!r}")
         t = case.target
-        rec: dict[str, Any] = {"case_id": request.node.nodeid, "kernel": kernel, "backend": t.backend,
-                               "device": t.device, "size": case.size, "simulator": t.simulator}  # fmt: skip
-        steps = case.steps
+        nodeid = request.node.nodeid
+        rec: dict[str, Any] = {"case_id": nodeid, "kernel": kernel, "backend": t.backend, "device": t.device,
+                               "size": case.size, "simulator": t.simulator}  # fmt: skip
         config.stash[_CASES].append(rec)
         try:
-            b = suite.open_backend(t)
+            info = _device(config, t)
         except BackendUnavailable as exc:
             rec.update(status="unsupported", reason=str(exc))
             pytest.skip(str(exc))
-        info = _device(config, t)
-        rec.update({k: info[k] for k in ("device_key", "device_label", "kind", "vendor", "machine")})
-        default = suite.current_config(kernel, b, steps=steps)
-        with suite.applied(b, case.config):
-            rec["config"] = suite.current_config(kernel, b, case.config, steps)
-            try:
-                prep = suite.prepare(b, kernel, case.size, case.config, steps)
-                parity = prep.check()
-            except NotImplementedError as exc:
-                parity = suite.Parity("unsupported", None, f"NotImplementedError: {exc}")
-            except Exception as exc:  # a kernel that does not build or run fails, it is not "missing"
-                status = "invalid-config" if rec["config"] != default else "fail"
-                parity = suite.Parity(status, None, f"{type(exc).__name__}: {exc}".splitlines()[0])
-            rec.update(status=parity.status, max_error=parity.max_error, reason=parity.reason)
-            if parity.status in ("unsupported", "invalid-config"):
-                pytest.skip(f"{parity.status}: {parity.reason}")
-            if parity.status == "fail" and parity.max_error is None:
-                pytest.fail(f"{kernel} on {t.backend}/{t.device}: {parity.reason}")
-            if t.simulator:
-                pytest.skip("simulator device: functional-only, not timed")
-            rec.update(items=prep.items, bytes=prep.bytes, unit=prep.unit, shape=list(prep.shape), **prep.info)
-            benchmark.group = kernel
-            benchmark.extra_info.update(rec)
-
-            def launch() -> None:
-                prep.run()
-                b.synchronize()  # inside the timed function: the kernel's time, not the enqueue's
-
-            launch()  # warm-up outside the timing: first launches build and cache programs
-            benchmark(launch)
-        stats = getattr(benchmark.stats, "stats", None)
-        if stats is not None:
-            rates = prep.rates(stats.min)
-            benchmark.extra_info.update(rates)
-            rec.update(rates, min_s=stats.min, median_s=stats.median)
-        if parity.status == "fail":
-            pytest.fail(f"{kernel} on {t.backend}/{t.device} fails parity: {parity.reason}")
+        rec.update({k: info[k] for k in ("device_key", "hardware_key", "device_label", "kind", "vendor", "machine",
+                                         "platform", "timed")})  # fmt: skip
+        rec["simulator"] = info["kind"] == "simulator"
+        rec["stack_class"] = suite.case_stack_class(info["stack_class"], kernel)
+        group = config.stash[_GROUPS].get(nodeid)
+        if group is None:  # functional only (simulator, harness): its own check, never timed
+            out = _check(config, case, {})
+        else:
+            if not group.checked:
+                _check_all(config, group)
+            out = group.outcomes[nodeid]
+            if nodeid in group.visit_at:
+                while group.visits_done <= group.visit_at[nodeid]:
+                    _visit(config, group)
+        rec.update(out.rec)
+        status, reason = rec["status"], rec.get("reason", "")
+        if status in ("unsupported", "invalid-config"):
+            pytest.skip(f"{status}: {reason}")
+        if status == "fail" and not out.timeable:
+            pytest.fail(f"{kernel} on {t.backend}/{t.device}: {reason}")
+        if rec["simulator"]:
+            pytest.skip("simulator or correctness harness: functional only, not timed")
+        benchmark.group = kernel
+        benchmark._mode = "portkern interleaved rounds"  # used: its rounds come with its group's (_feed)
+        out.record, out.benchmark = rec, benchmark
+        _feed(out, group)  # now if the group is done, else at its last visit
+        if status == "fail":
+            pytest.fail(f"{kernel} on {t.backend}/{t.device} fails parity: {reason}")
 
     return run
 
@@ -203,10 +461,16 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict[str, Any]) -> None:
     # Every case, timed or not: unsupported and failing kernels must reach the functional matrix.
+    rounds, slot_s, budget = _timing(config)
     output_json["portkern"] = {
         **suite.run_info(),
         "machine": _machine(config),
         "sizes": config.getoption("--pk-sizes"),
         "tune": bool(config.getoption("--pk-tune")),
+        "timing": {"method": "interleaved rounds, order shuffled per round, in visits spread over the run",
+                   "rounds": rounds, "visits_max": config.getoption("--pk-visits"), "slot_s": slot_s,
+                   "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},
+        "loadavg": {**config.stash[_LOAD], "end": _loadavg()},  # a shared machine: how busy it was
+        "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run
         "cases": config.stash[_CASES],
     }

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-
-def test_gae(measure) -> None:
-    measure("gae")
+import pytest
 
 
-def test_discounted_returns(measure) -> None:
-    measure("discounted_returns")
-
-
-def test_normalize(measure) -> None:
-    measure("normalize")
-
-
-def test_gather(measure) -> None:
-    measure("gather")
+@pytest.mark.pk_kernels("gae", "discounted_returns", "normalize", "gather")
+def test_buffer_ops(measure, case) -> None:
+    measure(case.kernel)

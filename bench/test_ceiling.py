@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 
-def test_copy_bandwidth(measure) -> None:
-    measure("copy")
+
+@pytest.mark.pk_kernels("copy")
+def test_copy_bandwidth(measure, case) -> None:
+    measure(case.kernel)

@@ -7,6 +7,6 @@ import pytest
 from portkern.envs import ENVS
 
 
-@pytest.mark.parametrize("env_id", list(ENVS))
-def test_env_step(measure, env_id: str) -> None:
-    measure(f"step:{env_id}")
+@pytest.mark.pk_kernels(*(f"step:{e}" for e in ENVS))
+def test_env_step(measure, case) -> None:
+    measure(case.kernel)

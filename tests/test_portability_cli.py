@@ -47,7 +47,12 @@ def test_bench_writes_results_and_report(tmp_path: Path, backend: str, device: s
     cases = json.loads((tmp_path / "results.json").read_text())["portkern"]["cases"]
     assert {(c["backend"], c["status"]) for c in cases if c["kernel"] != "copy"} == {(backend, "pass")}
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert rep["functional"][f"{backend}@test-machine/cpu"]["share"] == 1.0
+    # numpy runs on the bare host CPU; OpenCL's device is the CPU under its platform (PoCL)
+    key = "test-machine/cpu" + ("" if backend == "numpy" else "/portable-computing-language")
+    assert rep["functional"][f"{backend}@{key}"]["share"] == 1.0 and key in rep["devices"]
+    # every timed case carries its interleaved rounds
+    timed = [c for c in cases if c["kernel"] != "copy" and not c["simulator"]]
+    assert timed and all(c["rounds"] == len(c["round_s"]) >= 2 and c["round_group"] for c in timed)
     # the three data paths of every env ran (T = 32 with --quick), with their rate and device-hours
     assert {c["kernel"] for c in cases if c["kernel"].startswith("rollout:")} == set(ROLLOUT_KERNELS)
     extra = next(b["extra_info"] for b in json.loads((tmp_path / "results.json").read_text())["benchmarks"]
@@ -66,7 +71,11 @@ def test_report_merges_two_machines_and_cost_reads_it(tmp_path: Path) -> None:
                      "--gpu-hours", "100", "--locked-rate", "2", "--portable-rate", "1.5", "--policies", "10",
                      "--retune-hours", "40", "--hourly-rate", "100")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "= 2 x 100 x 10 - 1.5 x (100 / 0.97) x 10 - 40 x 100" in done.stdout
+    rep = json.loads((tmp_path / "report.json").read_text())
+    row = next(r for r in rep["efficiency"] if (r["kernel"], r["backend"]) == ("gae", "opencl") and "h200" in r["device"])
+    assert row["ratio"] == pytest.approx(0.97, abs=0.015)  # synthetic: OpenCL at 0.97 of CuPy, 1 % jitter per round
+    assert f"= 2 x 100 x 10 - 1.5 x (100 / {row['ratio']:.4g}) x 10 - 40 x 100" in done.stdout
+    assert "break-even" in done.stdout and "); range " in done.stdout  # the interval carried through
 
 
 def test_report_of_a_run_with_rollouts_prints_the_data_paths(tmp_path: Path) -> None:

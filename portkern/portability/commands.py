@@ -16,9 +16,11 @@ from typing import Any
 from ..cli import MAX_ITEMS, select_backends
 from . import cost, report
 
-#: pytest-benchmark timing per case: --quick keeps the whole suite under 3 minutes on 2 CPU cores.
-QUICK_TIMING = ["--benchmark-max-time=0.05", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]
-FULL_TIMING = ["--benchmark-max-time=0.5", "--benchmark-min-rounds=5"]
+#: Interleaved rounds per group, shortest slot and group budget with --quick (suite.QUICK_ROUNDS,
+#: QUICK_SLOT_S, QUICK_GROUP_BUDGET_S; not imported: it loads the backends). Given explicitly, so
+#: --quick --sizes N keeps the quick timing; a full run uses the suite's defaults.
+QUICK_TIMING = ["--pk-rounds=15", "--pk-slot-ms=10", "--pk-group-s=1.5"]
+FULL_TIMING: list[str] = []
 QUICK_ROLLOUT_STEPS = 32  # T of the rollout cases with --quick (suite.QUICK_ROLLOUT_T; not imported: it loads backends)
 
 
@@ -87,6 +89,8 @@ def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[in
         argv.append(f"--pk-machine={args.machine}")
     if tune:
         argv.append("--pk-tune")
+    if getattr(args, "rounds", None) is not None:
+        argv.append(f"--pk-rounds={args.rounds}")
     steps = args.rollout_steps if args.rollout_steps is not None else (QUICK_ROLLOUT_STEPS if args.quick else None)
     if steps is not None:
         argv.append(f"--pk-rollout-steps={steps}")
@@ -145,6 +149,8 @@ def check_run_options(args: argparse.Namespace) -> dict[str, dict[str, float]] |
     if args.rollout_steps is not None and not 1 <= args.rollout_steps <= MAX_ITEMS:
         raise ValueError(f"--rollout-steps: expected an int in [1, {MAX_ITEMS}] (steps per rollout), "
                          f"got {args.rollout_steps}")  # fmt: skip
+    if getattr(args, "rounds", None) is not None and not 2 <= args.rounds <= 10_000:
+        raise ValueError(f"--rounds: expected an int in [2, 10000] (interleaved rounds per group), got {args.rounds}")
     if args.machine is not None and not args.machine.strip():
         raise ValueError("--machine: expected a non-empty label")
     select_backends(args.backend, args.device)
@@ -212,8 +218,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Merge run files from any machines into report.md, report.json and plots."""
+    """Merge run files from any machines into report.md, report.json and plots (or, with --compare, check
+    two runs' verdicts against each other)."""
     mixes = _mixes(args)
+    if args.compare:
+        if len(args.runs) != 2:
+            raise ValueError(f"--compare: expected two run files, got {len(args.runs)}")
+        out = Path(args.out)
+        check_out(str(out.parent if out.suffix == ".md" else out), create=False)
+        cmp = report.write_comparison(args.runs[0], args.runs[1], out, mixes)
+        where = out if out.suffix == ".md" else out / "consistency.md"
+        print(f"{cmp['compared']} comparisons, {cmp['contradictions']} contradiction(s): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(cmp["counts"].items())))
+        print(f"wrote {where} and {where.with_suffix('.json')}")
+        return 0
     out = check_out(args.out, create=False)  # made only once every run file has been read and checked
     rep = report.write(args.runs, out, mixes)
     _print_tables(report.headline(rep))
@@ -227,27 +245,31 @@ def cmd_cost(args: argparse.Namespace) -> int:
         if args.ratio is not None and args.penalty is not None:
             raise ValueError("give --ratio or --penalty, not both")
         ratio = args.ratio if args.ratio is not None else 1.0 - args.penalty
-        source = "given by hand"
+        source, interval = "given by hand", None
     elif args.report:
         if not (args.backend and args.device):
             raise ValueError("--report needs --backend and --device (and --workload or --kernel)")
-        ratio, source = cost.ratio_from_report(args.report, args.backend, args.device, args.workload, args.kernel)
+        ratio, interval, source = cost.ratio_from_report(args.report, args.backend, args.device, args.workload,
+                                                         args.kernel)  # fmt: skip
     else:
         raise ValueError("give the throughput ratio: --report REPORT.json --backend B --device D, or --ratio/--penalty")
     inputs = cost.CostInputs(args.gpu_hours, args.locked_rate, args.portable_rate, args.policies,
                              args.retune_hours, args.hourly_rate, ratio)  # fmt: skip
     if args.json:
-        print(json.dumps(cost.as_json(inputs, source), indent=1,
+        print(json.dumps(cost.as_json(inputs, source, interval), indent=1,
                          default=lambda x: None if isinstance(x, float) and math.isinf(x) else x))  # fmt: skip
     else:
-        print(cost.render(inputs, source))
+        print(cost.render(inputs, source, interval))
     return 0
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
     p.add_argument("--device", default=None, help="only devices whose name contains this substring")
-    p.add_argument("--quick", action="store_true", help="small sizes and short timing (< 3 min on 2 CPU cores)")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, 15 short interleaved rounds: indicative figures (about a minute on 2 quiet cores)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds per group (default 30; 15 with --quick)")
     p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items (N >= 1)")
     p.add_argument("--rollout-steps", type=int, default=None, metavar="T",
                    help="steps per rollout of the data-path cases (default 128; 32 with --quick)")
@@ -265,8 +287,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("report", help="merge bench runs (any machines) into report.md/json and plots")
     p.add_argument("runs", nargs="+", help="results.json files from portkern bench/tune or pytest bench")
-    p.add_argument("--out", required=True, help="output folder, new or existing")
+    p.add_argument("--out", required=True, help="output folder, new or existing (with --compare: a folder or FILE.md)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
+    p.add_argument("--compare", action="store_true",
+                   help="two runs of one machine: report each and list where their verdicts agree, where one is "
+                        "within noise, and any contradiction (consistency.md/.json)")  # fmt: skip
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio")
     g = p.add_argument_group("throughput ratio (from a report, or by hand)")

@@ -42,17 +42,29 @@ def lockin(c: CostInputs) -> dict[str, float]:
             "break_even_policies": break_even}  # fmt: skip
 
 
+REPORT_SCHEMAS = ("portkern-report/1", "portkern-report/2")  # 1: no intervals
+
+
 def ratio_from_report(path: str | Path, backend: str, device: str, workload: str | None,
-                      kernel: str | None) -> tuple[float, str]:  # fmt: skip
-    """The ratio of ``backend`` on ``device`` for a workload (or one kernel) from a report.json (or its folder)."""
+                      kernel: str | None) -> tuple[float, tuple[float, float] | None, str]:  # fmt: skip
+    """(ratio, its interval or None, where it came from) of ``backend`` on ``device`` for a workload (or one
+    kernel), from a report.json (or its folder)."""
     p = Path(path)
     p = p / "report.json" if p.is_dir() else p
     try:
         rep = json.loads(p.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{p}: not a readable report.json ({exc})") from None
-    if not isinstance(rep, dict) or rep.get("schema") != "portkern-report/1":
+    if not isinstance(rep, dict) or rep.get("schema") not in REPORT_SCHEMAS:
         raise ValueError(f"{p}: not a portkern report (schema {rep.get('schema') if isinstance(rep, dict) else None!r})")
+    ratio, interval, source = _find(rep, backend, device, workload, kernel)
+    if rep.get("quick"):
+        source += "; indicative only: from a --quick run"
+    return ratio, interval, source
+
+
+def _find(rep: dict[str, Any], backend: str, device: str, workload: str | None,
+          kernel: str | None) -> tuple[float, tuple[float, float] | None, str]:  # fmt: skip
     keys = list(rep["devices"])
     match = [k for k in keys if k == device] or [k for k in keys if device.lower() in k.lower()]
     if len(match) != 1:
@@ -62,24 +74,49 @@ def ratio_from_report(path: str | Path, backend: str, device: str, workload: str
         row = next((r for r in rep["efficiency"] if (r["kernel"], r["backend"], r["device"]) == (kernel, backend, d)), None)
         if row is None:
             raise ValueError(f"--kernel {kernel!r} / --backend {backend!r}: not measured on {d}")
-        return row["ratio"], f"{kernel} with {backend} on {d} vs {row['baseline']}"
+        return row["ratio"], _pair(row.get("ratio_interval")), f"{kernel} with {backend} on {d} vs {row['baseline']}"
     workload = workload or next(iter(rep["workloads"]))
     if workload not in rep["workloads"]:
         raise ValueError(f"--workload {workload!r}: expected one of {', '.join(rep['workloads'])}")
     per = rep["workloads"][workload]["devices"][d]
     if backend not in per:
         raise ValueError(f"--backend {backend!r}: not measured on {d}; measured: {', '.join(per)}")
-    return per[backend]["ratio"], f"workload {workload!r} with {backend} on {d} ({rep['devices'][d]['baseline']})"
+    base = (rep["workloads"][workload].get("baseline") or {}).get(d) or rep["devices"][d]["baseline"]
+    return per[backend]["ratio"], _pair(per[backend].get("ratio_interval")), \
+        f"workload {workload!r} with {backend} on {d} vs {base}"
+
+
+def _pair(iv: Any) -> tuple[float, float] | None:
+    if not iv or not all(isinstance(x, (int, float)) and x > 0 for x in iv):
+        return None  # no interval (an older report), or a port that does not run at one end
+    return float(iv[0]), float(iv[1])
+
+
+def ranges(c: CostInputs, interval: tuple[float, float] | None) -> dict[str, tuple[float, float]] | None:
+    """Premium and break-even at both ends of the ratio's interval (both are monotone in the ratio)."""
+    if interval is None:
+        return None
+    lo, hi = (lockin(CostInputs(**{**asdict(c), "ratio": q})) for q in interval)
+    return {"ratio": (interval[0], interval[1]), "premium": (lo["premium"], hi["premium"]),
+            "portable_cost": (hi["portable_cost"], lo["portable_cost"]),
+            "break_even_policies": (hi["break_even_policies"], lo["break_even_policies"])}  # fmt: skip
 
 
 def _money(x: float) -> str:
     return "never" if math.isinf(x) else f"{x:,.2f}"
 
 
-def render(c: CostInputs, source: str) -> str:
+def _range(pair: tuple[float, float], unit: str = "") -> str:
+    return f"{_money(pair[0])}{unit} to {_money(pair[1])}{unit}"
+
+
+def render(c: CostInputs, source: str, interval: tuple[float, float] | None = None) -> str:
     r = lockin(c)
+    rg = ranges(c, interval)
+    iv = (f" [interval {interval[0]:.4g} to {interval[1]:.4g}: 10th-90th pct of interleaved rounds]" if interval
+          else " (no interval: given by hand or an older report)")  # fmt: skip
     lines = [
-        f"ratio = {c.ratio:.4g} (throughput penalty {1 - c.ratio:.1%}; {source})",
+        f"ratio = {c.ratio:.4g}{iv} (throughput penalty {1 - c.ratio:.1%}; {source})",
         "",
         "premium = locked_rate x H x P - portable_rate x (H / ratio) x P - retune_hours x hourly_rate",
         f"        = {c.locked_rate:g} x {c.gpu_hours:g} x {c.policies:g} - {c.portable_rate:g} x ({c.gpu_hours:g} / "
@@ -90,9 +127,11 @@ def render(c: CostInputs, source: str) -> str:
         f"locked cost      {_money(r['locked_cost'])}",
         f"portable cost    {_money(r['portable_cost'])}  ({c.gpu_hours / c.ratio:,.4g} GPU-hours per policy)",
         f"switching cost   {_money(r['switching_cost'])}",
-        f"lock-in premium  {_money(r['premium'])}  ({'staying locked costs more' if r['premium'] > 0 else 'porting does not pay'})",
+        f"lock-in premium  {_money(r['premium'])}  ({'staying locked costs more' if r['premium'] > 0 else 'porting does not pay'})"
+        + (f"; range {_range(rg['premium'])} over the ratio's interval" if rg else ""),
         f"break-even       {_money(r['break_even_policies'])} policies  "
-        f"(= switching / (locked_rate x H - portable_rate x H / ratio))",
+        f"(= switching / (locked_rate x H - portable_rate x H / ratio))"
+        + (f"; range {_range(rg['break_even_policies'])} policies" if rg else ""),
         "",
         "sensitivity over the ratio:",
         f"{'ratio':>7} {'portable cost':>16} {'premium':>16} {'break-even P':>14}",
@@ -109,7 +148,9 @@ def _finite(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
-def as_json(c: CostInputs, source: str) -> dict[str, Any]:
+def as_json(c: CostInputs, source: str, interval: tuple[float, float] | None = None) -> dict[str, Any]:
+    rg = ranges(c, interval)
     return {"inputs": asdict(c), "ratio_source": source, **_finite(lockin(c)),
+            "ranges": {k: [None if math.isinf(x) else x for x in v] for k, v in rg.items()} if rg else None,
             "sensitivity": {str(q): _finite(lockin(CostInputs(**{**asdict(c), "ratio": q})))
                             for q in SENSITIVITY_RATIOS}}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 
 def functional_share(statuses: Sequence[str]) -> float:
     """Share of kernels that pass parity; ``fail`` and ``unsupported`` count as 0, never as missing."""
@@ -85,3 +87,48 @@ def retune_penalty(t_source_config_on_target: float | None, t_best_on_target: fl
     if not t_source_config_on_target or t_source_config_on_target <= 0:
         return 1.0
     return max(0.0, 1.0 - t_source_config_on_target / t_best_on_target)
+
+
+# ---- intervals from interleaved rounds ---------------------------------------------------------
+#: The interval of a figure: these quantiles of the figure evaluated round by round.
+INTERVAL_QUANTILES = (0.10, 0.90)
+INTERVAL_METHOD = (
+    "every figure (a throughput, a ratio, an efficiency, a workload ratio, PP, a path factor) is also "
+    "evaluated round by round: round r of each case of an interleaved group pairs with round r of "
+    "the others (pairing is what interleaving buys: drift hits both alike); rounds of different "
+    "groups pair by index (independent samples; a group with fewer rounds wraps around). The "
+    "interval is the 10th to 90th percentile of those per-round values; the point is the figure "
+    "computed from median throughputs. Runs without per-round data (schema 1): no interval (n/a)."
+)
+
+
+def aligned(vectors: Sequence[np.ndarray | None]) -> np.ndarray | None:
+    """[R, k] per-round values of k cases (round r of each), R the longest; None if any has no rounds."""
+    if not vectors or any(v is None or len(v) == 0 for v in vectors):
+        return None
+    n = max(len(v) for v in vectors)  # type: ignore[arg-type]
+    return np.stack([np.resize(np.asarray(v, dtype=np.float64), n) for v in vectors], axis=1)  # type: ignore[arg-type]
+
+
+def spread(values: np.ndarray | Sequence[float] | None) -> tuple[float, float] | None:
+    """The interval of per-round values: (10th, 90th percentile); None without values."""
+    if values is None:
+        return None
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    lo, hi = np.quantile(v, INTERVAL_QUANTILES)
+    return float(lo), float(hi)
+
+
+def verdict(interval: tuple[float, float] | None, neutral: float = 1.0) -> str:
+    """A ratio's verdict: "higher"/"lower" only when its whole interval is beyond ``neutral``, else "within noise"."""
+    if interval is None:
+        return "no interval"
+    lo, hi = interval
+    if lo > neutral:
+        return "higher"
+    if hi < neutral:
+        return "lower"
+    return "within noise"

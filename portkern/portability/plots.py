@@ -1,4 +1,5 @@
-"""Report plots: Sewall et al.'s cascade plot of efficiency across devices, a bar chart of ratios, and the data paths."""
+"""Report plots: Sewall et al.'s cascade plot of efficiency across devices, a bar chart of ratios, the stack-class
+spectrum and the data paths (error bars: the 10th-90th percentile over interleaved rounds)."""
 
 from __future__ import annotations
 
@@ -51,14 +52,20 @@ def ratios(rep: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(kernels)), 4.5))
     width = 0.8 / max(1, len(series))
     for j, (b, d) in enumerate(series):
-        vals = [next((r["ratio"] for r in rep["efficiency"] if (r["backend"], r["device"], r["kernel"]) == (b, d, k)),
-                     0.0) for k in kernels]  # fmt: skip
-        ax.bar([i + j * width for i in range(len(kernels))], vals, width, label=f"{b}@{d}")
+        rows = [next((r for r in rep["efficiency"] if (r["backend"], r["device"], r["kernel"]) == (b, d, k)), None)
+                for k in kernels]  # fmt: skip
+        vals = [(r or {}).get("ratio") or 0.0 for r in rows]
+        ivs = [(r or {}).get("ratio_interval") for r in rows]
+        err = [[max(0.0, v - iv[0]) if iv and v else 0.0 for v, iv in zip(vals, ivs)],
+               [max(0.0, iv[1] - v) if iv and v else 0.0 for v, iv in zip(vals, ivs)]]  # per-round 10th-90th pct
+        ax.bar([i + j * width for i in range(len(kernels))], vals, width, yerr=err, capsize=2,
+               error_kw={"lw": 0.7}, label=f"{b}@{d}")  # fmt: skip
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(kernels))])
     ax.set_xticklabels([k.removeprefix("step:") for k in kernels], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("throughput / baseline")
-    ax.set_title("Performant portability ratio (baseline: native, else best on the device)")
+    ax.set_title("Performant portability ratio (baseline: native, else best on the device); "
+                 "bars: 10th-90th pct of rounds", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -113,9 +120,55 @@ def data_paths(rep: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+CLASS_COLOURS = {"fused custom": "#4c72b0", "custom kernels": "#55a868", "framework compiled": "#dd8452",
+                 "framework eager": "#c44e52"}  # fmt: skip
+
+
+def spectrum(rep: dict[str, Any], path: Path) -> None:
+    """Per device: each kernel's best throughput of each stack class / the best class's (log scale), with
+    the per-round interval as error bars."""
+    plt = _plt()
+    rows = rep["spectrum"]["rows"]
+    devices = list(dict.fromkeys(r["device"] for r in rows))
+    fig, axes = plt.subplots(len(devices), 1, figsize=(max(7.0, 0.55 * max(len([r for r in rows if r["device"] == d])
+                                                                          for d in devices) + 2), 3.8 * len(devices)),
+                             squeeze=False)  # fmt: skip
+    for ax, d in zip(axes.flat, devices):
+        group = [r for r in rows if r["device"] == d]
+        classes = [c for c in CLASS_COLOURS if any(c in r["classes"] for r in group)]
+        classes += sorted({c for r in group for c in r["classes"]} - set(classes))
+        width = 0.8 / max(1, len(classes))
+        for j, c in enumerate(classes):
+            xs, vals, lo, hi = [], [], [], []
+            for i, r in enumerate(group):
+                v = r["classes"].get(c)
+                if not v or not v["vs_best"]:
+                    continue
+                iv = v["vs_best_interval"] or [v["vs_best"], v["vs_best"]]
+                xs.append(i + (j - (len(classes) - 1) / 2) * width)
+                vals.append(v["vs_best"])
+                lo.append(max(0.0, v["vs_best"] - iv[0]))
+                hi.append(max(0.0, iv[1] - v["vs_best"]))
+            ax.bar(xs, vals, width, yerr=[lo, hi], capsize=2, error_kw={"lw": 0.7},
+                   color=CLASS_COLOURS.get(c), label=c)  # fmt: skip
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(range(len(group)))
+        ax.set_xticklabels([r["kernel"].removeprefix("step:") for r in group], rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel("best of class / best class")
+        ax.set_title(f"Stack-class spectrum on {d}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_all(rep: dict[str, Any], out: Path) -> list[Path]:
     paths = [out / "ratios.png"]
     ratios(rep, paths[0])
+    if rep.get("spectrum", {}).get("rows"):
+        paths.append(out / "spectrum.png")
+        spectrum(rep, paths[-1])
     if rep.get("data_paths", {}).get("rows"):
         paths.append(out / "data-paths.png")
         data_paths(rep, paths[-1])

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "portkern-bench/1"  # as written by portkern.portability.suite (not imported: it needs the backends)
+import numpy as np
+
+SCHEMA = "portkern-bench/2"  # as written by portkern.portability.suite (not imported: it needs the backends)
+#: Older schemas still read: /1 has no per-round timings (best-of time only: no intervals).
+READABLE = ("portkern-bench/1", SCHEMA)
 STATUSES = ("pass", "fail", "unsupported", "invalid-config")
 
 
@@ -31,14 +35,33 @@ class Record:
     items: int | None = None
     bytes: int | None = None
     source: str = ""
+    #: Seconds per launch of each interleaved round (schema 2); round r pairs with round r of every
+    #: other case of the same ``round_group``. None in older runs: best-of time only, no interval.
+    round_s: tuple[float, ...] | None = None
+    round_group: str = ""
+    stack_class: str = ""  # "" in older runs
+    hardware_key: str = ""  # the physical device; device_key adds the driver layer (an OpenCL platform)
+    origin: str = ""  # set by the report when a bare-hardware record is compared on a driver-device
+
+    @property
+    def round_rates(self) -> np.ndarray | None:
+        """items/s of each round, or None without per-round data."""
+        if not self.items or not self.round_s:
+            return None
+        return self.items / np.asarray(self.round_s, dtype=np.float64)
 
     @property
     def items_per_s(self) -> float | None:
+        """The case's throughput: the median over its interleaved rounds (the best-of time in older runs)."""
+        rates = self.round_rates
+        if rates is not None:
+            return float(np.median(rates))
         return self.items / self.min_s if self.items and self.min_s else None
 
     @property
     def bytes_per_s(self) -> float | None:
-        return self.bytes / self.min_s if self.bytes and self.min_s else None
+        t = self.items_per_s
+        return self.bytes * t / self.items if self.bytes and self.items and t else None
 
     @property
     def config_key(self) -> str:
@@ -49,10 +72,17 @@ class Record:
 class Run:
     path: str
     machine: str
-    devices: dict[str, dict[str, Any]]  # device_key -> identity (label, kind, vendor, machine)
+    devices: dict[str, dict[str, Any]]  # device_key -> identity (label, kind, vendor, machine, hardware_key)
     available: dict[str, list[str]]  # device_key -> backends that ran there
     unavailable: list[dict[str, str]]  # {"machine", "backend", "reason"}
     records: list[Record]
+    #: Per source file: its mode ("quick", "full", sizes), rounds and load average (empty for old runs).
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def quick(self) -> list[str]:
+        """The source files that are ``--quick`` runs (indicative only)."""
+        return [p for p, m in self.meta.items() if m.get("sizes") == "quick"]
 
 
 def _fail(path: str, what: str) -> RunFileError:
@@ -77,8 +107,9 @@ def load_run(path: str | Path) -> Run:
     if not isinstance(pk, dict) or not isinstance(mi, dict):
         raise _fail(p, "a pytest-benchmark file but not a portkern run (no 'portkern' section): "
                        "make runs with `portkern bench` or `pytest bench --benchmark-json=FILE`")  # fmt: skip
-    if pk.get("schema") != SCHEMA:
-        raise _fail(p, f"unsupported portkern run schema {pk.get('schema')!r} (this portkern reads {SCHEMA!r})")
+    if pk.get("schema") not in READABLE:
+        raise _fail(p, f"unsupported portkern run schema {pk.get('schema')!r} (this portkern reads "
+                       f"{' and '.join(map(repr, READABLE))})")  # fmt: skip
     if not isinstance(pk.get("cases"), list) or not isinstance(mi.get("devices"), list):
         raise _fail(p, "the portkern section has no 'cases' or 'devices' list")
     times = {}
@@ -96,6 +127,8 @@ def load_run(path: str | Path) -> Run:
         try:
             key = d["device_key"]
             devices[key] = {k: d[k] for k in ("device_label", "kind", "vendor", "machine")}
+            devices[key]["hardware_key"] = str(d.get("hardware_key") or key)
+            devices[key]["platform"] = str(d.get("platform") or "")
         except (KeyError, TypeError):
             raise _fail(p, "machine_info.portkern.devices has an entry without device_key/label/kind/vendor") from None
         available.setdefault(key, [])
@@ -116,13 +149,16 @@ def load_run(path: str | Path) -> Run:
                 size=int(c["size"]), status=status, config=dict(c.get("config") or {}),
                 max_error=c.get("max_error"), reason=str(c.get("reason") or ""), min_s=times.get(c["case_id"]),
                 items=c.get("items"), bytes=c.get("bytes"), source=p,
+                round_s=_rounds(c.get("round_s")), round_group=str(c.get("round_group") or ""),
+                stack_class=str(c.get("stack_class") or ""),
+                hardware_key=str(c.get("hardware_key") or c["device_key"]),
             ))  # fmt: skip
         except (KeyError, TypeError, ValueError, AttributeError):
             raise _fail(p, f"portkern.cases[{i}] is malformed (needs kernel, backend, device_key, size, "
                            f"status in {STATUSES}, case_id)") from None  # fmt: skip
         if records[-1].device_key not in devices:
             raise _fail(p, f"portkern.cases[{i}] names device {records[-1].device_key!r}, absent from machine_info")
-    if not data["benchmarks"]:
+    if not data["benchmarks"] and not any(r.round_s for r in records):
         # Nothing timed: a report of it would show PP 0 and empty ratios as if measured. A run whose
         # cases all ran on simulators (parity only) is still a functional-portability record.
         timed = [r for r, c in zip(records, (c for c in pk["cases"] if c.get("device_key") is not None))
@@ -133,7 +169,19 @@ def load_run(path: str | Path) -> Run:
         if timed:
             raise _fail(p, f"no benchmarks: {len(timed)} case(s) passed parity on a timed device but the file has "
                            "no timing for any of them (an emptied or cut-short file?); nothing to report")  # fmt: skip
-    return Run(p, machine, devices, available, unavailable, records)
+    meta = {p: {"sizes": pk.get("sizes"), "tune": pk.get("tune"), "schema": pk.get("schema"), "code": pk.get("code"),
+                "code_end": pk.get("code_end"),
+                "timing": pk.get("timing"), "loadavg": pk.get("loadavg"), "datetime": data.get("datetime")}}
+    return Run(p, machine, devices, available, unavailable, records, meta)
+
+
+def _rounds(value: Any) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    rounds = tuple(float(x) for x in value)
+    if not rounds or not all(x > 0 for x in rounds):
+        raise ValueError("round_s")
+    return rounds
 
 
 _PRIORITY = {"fail": 3, "pass": 2, "unsupported": 1, "invalid-config": 0}
@@ -142,7 +190,8 @@ _PRIORITY = {"fail": 3, "pass": 2, "unsupported": 1, "invalid-config": 0}
 def merge(runs: list[Run]) -> Run:
     """One run from many: devices are (machine, device) pairs, so different machines never collide.
 
-    The same case measured twice keeps the faster time; a failure in any run makes the case fail.
+    The same case measured twice keeps the faster (median) throughput, with its rounds; a failure in any
+    run makes the case fail.
     """
     if not runs:
         raise ValueError("merge: no runs given")
@@ -150,7 +199,9 @@ def merge(runs: list[Run]) -> Run:
     available: dict[str, list[str]] = {}
     unavailable: list[dict[str, str]] = []
     best: dict[tuple[Any, ...], Record] = {}
+    meta: dict[str, dict[str, Any]] = {}
     for run in runs:
+        meta.update(run.meta)
         devices.update(run.devices)
         for key, names in run.available.items():
             available.setdefault(key, [])
@@ -167,4 +218,4 @@ def merge(runs: list[Run]) -> Run:
                 keep = old if (old.items_per_s or 0) >= (r.items_per_s or 0) else r
             best[k] = keep
     return Run(", ".join(r.path for r in runs), ", ".join(sorted({r.machine for r in runs})), devices,
-               available, unavailable, list(best.values()))  # fmt: skip
+               available, unavailable, list(best.values()), meta)  # fmt: skip

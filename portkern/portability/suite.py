@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
@@ -11,6 +12,7 @@ import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -22,7 +24,7 @@ from ..policy import MLPPolicy, Policy, RandomPolicy, RolloutBuffer
 from ..step import make
 from .metrics import device_hours_per_billion_steps
 
-SCHEMA = "portkern-bench/1"
+SCHEMA = "portkern-bench/2"  # 2: per-round timings of interleaved groups, device identity, stack class
 KERNELS: tuple[str, ...] = tuple(f"step:{e}" for e in ENVS) + ("gae", "discounted_returns", "normalize", "gather")
 #: The three data paths of a rollout (VectorEnv.rollout): host round-trip, one launch per step, fused.
 PATHS = ("host", "device", "fused")
@@ -186,24 +188,71 @@ def open_backend(t: Target) -> Backend:
     return b
 
 
+def _platform(b: Backend) -> str:
+    """The driver layer a backend reaches its device through (an OpenCL platform), or "" for none.
+
+    From the backend itself: ``describe()["platform"]`` when it says so, else the name of its
+    ``platform`` object (pyopencl's). Backends without one (NumPy, torch, CuPy, Numba) drive the
+    hardware through its own stack and are compared on every driver-device of that hardware.
+    """
+    desc = b.describe()
+    name = desc.get("platform") or getattr(getattr(b, "platform", None), "name", "") or ""
+    return str(name).strip()
+
+
 def device_info(b: Backend, t: Target, machine: str) -> dict[str, Any]:
-    """Identity of the physical device behind a backend: the key reports group and compare by."""
+    """Identity of the device behind a backend: the keys reports group and compare by.
+
+    * ``kind`` comes from the backend (``Backend.device_kind()``: the API's device type), never from
+      its name; a simulator or a correctness harness (``timed = False``) is "simulator": parity only.
+    * ``hardware_key`` names the physical device: ``<machine>/cpu`` for the host processor (every CPU
+      backend of one machine runs on it), ``<machine>/<device name>`` otherwise.
+    * ``device_key`` is the hardware plus the driver layer (an OpenCL platform): one CPU under PoCL
+      and under Intel's runtime is two devices ("same hardware, different driver"). Without a driver
+      layer it is the hardware key, and the report compares such backends on every driver-device of
+      that hardware.
+    """
+    cls = type(b)
     desc = {k: str(v) for k, v in b.describe().items()}
     name = _tail(b.device_name)
-    is_cpu = t.backend == "numpy" or bool(re.search(r"\bcpu\b|pthread|cpu-", name.lower()))
-    kind = "simulator" if t.simulator else "cpu" if is_cpu else "gpu"
-    if kind == "cpu":  # every CPU backend of one machine runs on the same host processor
-        key, label, vendor = f"{machine}/cpu", cpu_model(), canonical_vendor(cpu_model())
+    timed = bool(getattr(cls, "timed", True))
+    kind = "simulator" if t.simulator or not timed else str(b.device_kind())
+    platform_name = _platform(b) if kind != "simulator" else ""
+    if kind == "simulator":
+        hw = key = f"{machine}/{slug(name if timed else b.device_name, 6)}"
+        label, vendor = b.device_name if not timed else name, canonical_vendor(desc.get("vendor", ""))
+    elif kind == "cpu":
+        hw, label, vendor = f"{machine}/cpu", cpu_model(), canonical_vendor(cpu_model())
+        key = f"{hw}/{slug(platform_name)}" if platform_name else hw
     else:
-        key, label = f"{machine}/{slug(name, 6)}", name
-        vendor = canonical_vendor(desc.get("vendor", "") or ("NVIDIA" if t.backend in ("cupy", "numba") else ""))
+        hw, label = f"{machine}/{slug(name, 6)}", name
+        vendor = canonical_vendor(desc.get("vendor", "") or name)
+        key = f"{hw}/{slug(platform_name)}" if platform_name else hw
     versions = dict(probe(t.backend).versions)
     versions.update({k: v for k, v in desc.items() if k not in ("backend", "device", "vendor", "driver")})
     return {
-        "backend": t.backend, "device": b.device_name, "device_key": key, "device_label": label,
-        "kind": kind, "vendor": vendor, "driver": desc.get("driver", ""), "machine": machine,
-        "versions": versions,
+        "backend": t.backend, "device": b.device_name, "device_key": key, "hardware_key": hw,
+        "device_label": f"{label} ({platform_name})" if platform_name else label, "kind": kind, "vendor": vendor,
+        "driver": desc.get("driver", ""), "platform": platform_name, "machine": machine, "timed": timed,
+        "stack_class": str(getattr(cls, "stack_class", "custom kernels")), "versions": versions,
     }  # fmt: skip
+
+
+def comparison_kernel(kernel: str) -> str:
+    """The kernels timed together in one interleaved group: a kernel itself, or all three data paths of
+    one rollout (``rollout:<env>[:mlp]``), so that path factors are paired as well as backends."""
+    rk = rollout_kernel(kernel)
+    if rk is None:
+        return kernel
+    return f"rollout:{rk.env}" + (":mlp" if rk.policy == "mlp" else "")
+
+
+def case_stack_class(backend_class: str, kernel: str) -> str:
+    """The stack class of one case: the backend's, except a fused rollout of custom kernels ("fused custom")."""
+    rk = rollout_kernel(kernel)
+    if rk is not None and rk.path == "fused" and backend_class == "custom kernels":
+        return "fused custom"
+    return backend_class
 
 
 # ---- knobs ------------------------------------------------------------------------------------
@@ -254,6 +303,102 @@ def applied(b: Backend, config: dict[str, Any] | None) -> Iterator[dict[str, Any
 
 
 # ---- cases ------------------------------------------------------------------------------------
+# ---- interleaved timing ----------------------------------------------------------------------
+#: What a case's throughput is the time of (recorded per case as ``rate_basis``).
+RATE_BASIS = "median of interleaved rounds"
+#: Rounds per group, the shortest timed slot (back-to-back synchronised launches of one case) and the
+#: most seconds one group's rounds may take (fewer rounds then, never under MIN_ROUNDS): full, quick.
+ROUNDS, QUICK_ROUNDS, MIN_ROUNDS = 30, 15, 5
+#: Slots of ~10 ms span several scheduler time slices, so one preemption does not decide a round.
+SLOT_S, QUICK_SLOT_S = 20e-3, 10e-3
+GROUP_BUDGET_S, QUICK_GROUP_BUDGET_S = 10.0, 1.5
+MAX_REPS = 100_000
+
+
+def make_slot(b: Backend, prep: Prepared, config: dict[str, Any] | None) -> Callable[[int], float]:
+    """``slot(reps)``: seconds that ``reps`` back-to-back launches take, each synchronised, under the case's knobs.
+
+    The synchronise is inside the timed loop: the kernel's time, not the enqueue's. Knobs are set
+    outside it (on the shared backend instance, restored after).
+    """
+
+    def slot(reps: int) -> float:
+        with applied(b, config):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                prep.run()
+                b.synchronize()
+            return time.perf_counter() - t0
+
+    return slot
+
+
+def calibrate(slot: Callable[[int], float], slot_s: float) -> int:
+    """Launches per slot so that one slot lasts at least ``slot_s`` (one warm launch first, untimed)."""
+    slot(1)
+    t = max(slot(1), 1e-9)
+    return int(min(MAX_REPS, max(1, math.ceil(slot_s / t))))
+
+
+def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int, budget_s: float = math.inf,
+               min_rounds: int = MIN_ROUNDS, seed: int = 0) -> list[list[float]]:  # fmt: skip
+    """Time the cases of one group in interleaved rounds; per case, the seconds per launch of each round.
+
+    Every round runs ``reps[j]`` launches of every case j, split into up to CHUNKS runs of
+    back-to-back launches that are spread evenly over the round and merged with the other cases'
+    (in an order shuffled afresh each round, seeded): a change of the machine's load during a
+    round hits every case of the group alike, and round r of one case pairs with round r of every
+    other. One untimed round first; then as many rounds as ``budget_s`` allows (estimated from
+    that round, and stopping at a round boundary once past the budget), between ``min_rounds`` and
+    ``rounds``. The garbage collector is paused while timing.
+    """
+    if len(slots) != len(reps):
+        raise ValueError(f"interleave: {len(slots)} slots but {len(reps)} rep counts")
+    if not slots:
+        return []
+    rng = np.random.default_rng(seed)
+    warm = sum(s(r) for s, r in zip(slots, reps))
+    n = rounds if warm <= 0 or math.isinf(budget_s) else int(min(rounds, max(min_rounds, budget_s // warm)))
+    out: list[list[float]] = [[] for _ in slots]
+    gc_was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter()
+    try:
+        for r in range(n):
+            spent = [0.0] * len(slots)
+            for j, launches in _plan(reps, rng.permutation(len(slots))):
+                spent[j] += slots[j](launches)
+            for j, total in enumerate(spent):
+                out[j].append(total / reps[j])
+            if r + 1 >= min_rounds and time.perf_counter() - t0 > budget_s:
+                break  # the machine slowed down after the estimate: stop at a round boundary
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return out
+
+
+#: Most runs of back-to-back launches one case is split into per round (see interleave).
+CHUNKS = 8
+
+
+def _plan(reps: list[int], order: Any) -> list[tuple[int, int]]:
+    """One round's schedule: (case, launches) runs, each case's runs evenly spaced over the round."""
+    runs = []
+    for rank, j in enumerate(order):
+        c = min(reps[j], CHUNKS)
+        base, extra = divmod(reps[j], c)
+        runs += [((k + 0.5) / c, rank, j, base + (k < extra)) for k in range(c)]
+    return [(j, launches) for _, _, j, launches in sorted(runs)]
+
+
+def round_summary(seconds: list[float], items: int) -> dict[str, Any]:
+    """Per-round throughput of one case: min, median and max items/s over its rounds."""
+    rates = sorted(items / s for s in seconds)
+    return {"rounds": len(rates), "min": rates[0], "median": float(np.median(rates)), "max": rates[-1]}
+
+
 @dataclass
 class Parity:
     status: str  # "pass" | "fail" | "unsupported"
@@ -271,14 +416,18 @@ class Prepared:
     shape: tuple[int, ...] = field(default=())
     info: dict[str, Any] = field(default_factory=dict)  # case facts for extra_info (a rollout's path, T, N...)
 
-    def rates(self, seconds: float) -> dict[str, Any]:
+    def rates(self, seconds: float, basis: str = RATE_BASIS) -> dict[str, Any]:
         """Throughputs of one launch that took ``seconds``; rollouts add env-steps/s and device-hours per 1e9 steps."""
-        out: dict[str, Any] = {"items_per_s": self.items / seconds, "bytes_per_s": self.bytes / seconds,
-                               "rate_basis": "min"}  # fmt: skip
-        if self.info.get("path"):
-            out["env_steps_per_s"] = out["items_per_s"]
-            out["device_hours_per_1e9_steps"] = device_hours_per_billion_steps(out["items_per_s"])
-        return out
+        return rates(self.items, self.bytes, seconds, rollout=bool(self.info.get("path")), basis=basis)
+
+
+def rates(items: int, nbytes: int, seconds: float, rollout: bool = False, basis: str = RATE_BASIS) -> dict[str, Any]:
+    """items/s and bytes/s of a launch that took ``seconds``; a rollout adds env-steps/s and device-hours per 1e9 steps."""
+    out: dict[str, Any] = {"items_per_s": items / seconds, "bytes_per_s": nbytes / seconds, "rate_basis": basis}
+    if rollout:
+        out["env_steps_per_s"] = out["items_per_s"]
+        out["device_hours_per_1e9_steps"] = device_hours_per_billion_steps(out["items_per_s"])
+    return out
 
 
 def _compare(parts: list[tuple[str, np.ndarray, np.ndarray]]) -> Parity:
@@ -572,5 +721,48 @@ def full_sizes(bandwidth: float) -> dict[str, tuple[int, ...]]:
             "rollout": (roll >> 4, roll), "rollout-mlp": (mlp >> 4, mlp)}  # fmt: skip
 
 
+def code_fingerprint() -> dict[str, str]:
+    """Short hashes of the code a run measured: every backend module, the kernel sources, the rest of
+    the package. Two runs compared with different fingerprints measured different code (a backend
+    edited in between), and the comparison says so."""
+    import hashlib
+
+    from .._kernels import kernel_dir
+
+    pkg = Path(__file__).resolve().parent.parent
+
+    def digest(paths: list[Path]) -> str:
+        h = hashlib.sha256()
+        for f in sorted(paths):
+            h.update(str(f.relative_to(f.parents[1])).encode())
+            h.update(f.read_bytes())
+        return h.hexdigest()[:12]
+
+    out = {f"backend:{f.stem}": digest([f]) for f in sorted((pkg / "backends").glob("*.py"))
+           if not f.stem.startswith("_") and f.stem not in ("base", "registry")}  # fmt: skip
+    kernels = []
+    for api in ("opencl", "cuda"):
+        try:
+            kernels += [f for f in kernel_dir(api).glob("*") if f.is_file()]
+        except FileNotFoundError:  # a wheel without one API's sources: nothing of it to fingerprint
+            pass
+    out["kernels"] = digest(kernels)
+    out["backends (shared)"] = digest([f for f in (pkg / "backends").rglob("*.py")
+                                       if f.stem.startswith("_") or f.stem in ("base", "registry")])  # fmt: skip
+    # Reporting code (everything in portability/ but this module) changes no measurement.
+    out["portkern (rest)"] = digest([f for f in pkg.rglob("*.py") if "backends" not in f.parts
+                                     and ("portability" not in f.parts or f.name == "suite.py")])  # fmt: skip
+    conftest = pkg.parent / "bench" / "conftest.py"
+    if conftest.is_file():
+        out["bench suite"] = digest([conftest])
+    return out
+
+
+_CODE_AT_START: dict[str, str] = {}
+
+
 def run_info() -> dict[str, Any]:
-    return {"schema": SCHEMA, "portkern": __version__}
+    """Schema, version, and the code fingerprint taken the first time this is asked (the start of a run)."""
+    if not _CODE_AT_START:
+        _CODE_AT_START.update(code_fingerprint())
+    return {"schema": SCHEMA, "portkern": __version__, "code": dict(_CODE_AT_START)}
