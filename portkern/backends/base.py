@@ -87,6 +87,9 @@ class Backend(abc.ABC):
     #: Non-empty: why the shared test fixtures leave this backend to its own test module (a
     #: backend whose every new shape costs a compile, e.g. torch_compile).
     shared_suite_exclusion: ClassVar[str] = ""
+    #: Whether every data path (fused, device, host) runs the same arithmetic, so a random-policy
+    #: rollout is bit-identical across them. False where each path is a separately compiled graph.
+    exact_paths: ClassVar[bool] = True
 
     device_name: str
     supports_float64: bool
