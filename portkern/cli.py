@@ -79,7 +79,30 @@ def cmd_devices(args: argparse.Namespace) -> int:
             if r.available and r.simulator:
                 state = "simulator only"
             print(f"{r.name:8s} {state:15s} {'; '.join(r.devices) or '-'}  {r.reason}")
+    if getattr(args, "verbose", False):
+        _print_details(records)
     return 0
+
+
+def _print_details(records: Sequence[Any]) -> None:
+    """``devices --verbose``: every device opened, with what its backend says about it (describe_verbose)."""
+    for r in records:
+        if not r.available:
+            continue
+        for dev in r.devices:
+            print(f"\n{r.name}: {dev}")
+            try:
+                info = get_backend(r.name, None if len(r.devices) == 1 else dev).describe_verbose()
+            except Exception as exc:  # noqa: BLE001 - one device that does not open must not hide the others
+                print(f"  could not open it: {type(exc).__name__}: {exc}")
+                continue
+            for key, value in info.items():
+                if key in ("backend", "device"):
+                    continue
+                lines = str(value).splitlines() or [""]
+                print(f"  {key}: {lines[0]}")
+                for line in lines[1:]:
+                    print(f"      {line}")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -123,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"portkern {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="list backends and devices, with reasons for missing ones")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="open every device: driver registration, versions, tuned defaults and their source, "
+                        "compiler output")  # fmt: skip
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("demo", help="step every env briefly on each available backend")
     p.add_argument("--backend", default=None, help="only this backend")

@@ -17,12 +17,12 @@ if (
 import numpy as np
 import pytest
 
-from portkern.backends import get_backend, names, probe
+from portkern.backends import get_backend, names, probe, registry
 
 #: Backends a CPU-only machine with the test extra installed can always run: CI fails, never
 #: skips, when one is missing. PORTKERN_REQUIRE overrides (e.g. "numpy,opencl,numba,cupy" on a GPU).
 REQUIRED = tuple(
-    n for n in os.environ.get("PORTKERN_REQUIRE", "numpy,opencl,numba,cuda_host").split(",") if n.strip()
+    n for n in os.environ.get("PORTKERN_REQUIRE", "numpy,opencl,numba,cuda_host,torch,torch_compile").split(",") if n.strip()
 )
 
 
@@ -45,6 +45,9 @@ def _backend_params(include_numpy: bool = True):
             continue
         p = probe(name)
         marks = [] if p.available else [pytest.mark.skip(reason=f"{name}: {p.reason}")]
+        excluded = getattr(registry._load(name), "shared_suite_exclusion", "")
+        if p.available and excluded:  # covered by its own test module, said here in the skip reason
+            marks = [pytest.mark.skip(reason=f"{name}: {excluded}")]
         params += [pytest.param((name, device), id=tid, marks=marks) for tid, device in _devices(name)]
     return params
 

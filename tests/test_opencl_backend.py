@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from portkern import envs, step
+from portkern import envs, step, tuning
 from portkern.backends import backend_of, get_backend, probe
 from portkern.backends.base import EnvBuffers
 
@@ -41,9 +41,17 @@ def _param_cache(be) -> dict:
     return be._pk_caches["params"]
 
 
-@pytest.fixture(scope="module")
-def be() -> OpenCLBackend:
-    return OpenCLBackend()
+def _implementations() -> list:
+    """One param per real OpenCL device found (PoCL, Intel's CPU runtime), by implementation id."""
+    if not _PROBE.available:
+        return [pytest.param(None, id="none")]
+    return [pytest.param(label, id=pid) for pid, label in sorted(ocl_mod.device_ids().items())]
+
+
+@pytest.fixture(scope="module", params=_implementations())
+def be(request) -> OpenCLBackend:
+    """Each implementation on its own instance (not the registry's: tests here change its knobs)."""
+    return OpenCLBackend(request.param)
 
 
 @pytest.mark.skipif(not _PROBE.available or not _pocl(), reason="needs PoCL")
@@ -104,7 +112,7 @@ def test_programs_stay_per_context_and_compile_once_per_device(be, monkeypatch):
     # program's device binary instead of compiling the source again.
     source = "__kernel void pk_context_probe(__global int *x) { x[0] = 7; }\n"
     first = be._build("probe.cl", source, ("-DREAL=float",))
-    other = OpenCLBackend()  # the same default device, its own context
+    other = OpenCLBackend(be.device_name)  # the same device, its own context
     assert other._device_key() == be._device_key()
 
     def compile_again(*args):
@@ -163,7 +171,7 @@ def test_local_size_knob_gives_the_same_results(be):
             for _ in range(3):
                 be.env_step(spec, bufs, actions, params, 9, 2, "next_step")
         finally:
-            be.local_size = None
+            be.local_size = tuning.TUNED
         results.append(be.to_host(bufs.obs))
     np.testing.assert_array_equal(results[0], results[1])
 
@@ -211,3 +219,50 @@ def test_an_allocation_over_the_device_limit_says_so(be):
     # One element past the largest allocation: the driver refuses the buffer without allocating.
     with pytest.raises(MemoryError, match=re.escape(f"largest allocation is {max_alloc:,} bytes")):
         be.zeros((max_alloc // 4 + 1,), np.float32)
+
+
+# ---- several implementations of one device ---------------------------------------------------------
+def test_every_implementation_is_a_device_of_its_own_type(be):
+    # The kind comes from CL_DEVICE_TYPE: Intel's CPU runtime names no "CPU" in its device name
+    # (a name-based guess called it a GPU).
+    if be.device.type & ocl_mod.cl.device_type.CPU:
+        assert be.device_kind() == "cpu"
+    assert be.describe()["kind"] == be.device_kind() and be.describe()["platform"] == be.platform.name.strip()
+
+
+def test_one_cpu_under_two_implementations_is_two_devices():
+    ids = ocl_mod.device_ids()
+    if len(ids) < 2:
+        pytest.skip(f"one OpenCL implementation here ({', '.join(ids)})")
+    opened = [OpenCLBackend(label) for label in ids.values()]
+    assert [b.device_name for b in opened] == list(ids.values())  # each label opens its own device
+    assert len({b._device_key() for b in opened}) == len(opened)  # program cache and tuned defaults
+
+
+@pytest.mark.parametrize("how", ["label", "device name", "implementation id"])
+def test_a_device_is_found_by_label_name_or_implementation(be, how):
+    pid = next(i for i, label in ocl_mod.device_ids().items() if label == be.device_name)
+    want = {"label": be.device_name, "device name": be.device.name.strip(), "implementation id": pid}[how]
+    if how == "device name" and sum(d.name.strip() == want for _, d in ocl_mod._all_devices()) > 1:
+        pytest.skip("two implementations give this device the same name")
+    assert OpenCLBackend(want).device_name == be.device_name
+
+
+def test_installing_another_cpu_driver_does_not_move_the_default():
+    ids = ocl_mod.device_ids()
+    gpus = [p for p, d in ocl_mod._all_devices() if d.type & ocl_mod.cl.device_type.GPU and not ocl_mod._is_simulator(p)]
+    if "pocl" not in ids or gpus:
+        pytest.skip("needs PoCL and no GPU")
+    assert OpenCLBackend().device_name == ids["pocl"] == OpenCLBackend("cpu").device_name
+
+
+def test_compiler_output_is_kept_not_warned(be):
+    import uuid
+    import warnings
+
+    source = f"/* {uuid.uuid4()} */ __kernel void pk_log_probe(__global float *x) {{ x[get_global_id(0)] *= 2.0f; }}\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a CompilerWarning here would fail every test that builds
+        be._build("probe.cl", source, ("-DREAL=float",))
+    if "intel" in be.platform.name.lower():  # Intel's compiler always talks; PoCL is quiet
+        assert any(k.startswith("probe.cl ") and "Done" in v for k, v in be.build_logs.items())

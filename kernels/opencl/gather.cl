@@ -6,6 +6,8 @@
 #define REAL uint
 #endif
 
+#include "pk_vload.h"
+
 __kernel void pk_gather(__global const REAL *x, __global const long *indices, __global REAL *out,
                         int row_len, int B)
 {
@@ -27,3 +29,53 @@ __kernel void pk_gather_i32(__global const REAL *x, __global const int *indices,
     const size_t j = k - b * (size_t)row_len;
     out[k] = x[(size_t)indices[b] * (size_t)row_len + j];
 }
+
+/* The row shape (backend.gather_rows_per_item > 0): each work-item copies PK_ROWS whole rows,
+ * PK_GVW elements per vector load. A CPU driver runs a group's work-items one after another, so
+ * the per-element shape above costs a division and an index load per element there; the GPU
+ * wants it (consecutive work-items write consecutive elements). A tuning knob, never a device test. */
+#ifndef PK_ROWS
+#define PK_ROWS 16
+#endif
+#ifndef PK_GVW
+#define PK_GVW 1
+#endif
+#if PK_GVW == 1
+#define PK_GCOPY(dst, src) (*(dst) = *(src))
+#else
+#define PK_GCOPY(dst, src)                                                                      \
+    do {                                                                                        \
+        const PK_VCAT(REAL, PK_GVW) v_ = PK_VLD(REAL, PK_GVW, src);                             \
+        PK_VST(PK_GVW, v_, dst);                                                                \
+    } while (0)
+#endif
+
+/* PK_ROW_LEN (set by the backend for short rows): row_len as a constant, so the copy of a row is
+ * straight-line code and the core overlaps the cache misses of consecutive rows (the indices are
+ * random); a loop with a run-time trip count per row serialises them. */
+#ifdef PK_ROW_LEN
+#define PK_LEN(row_len) ((size_t)PK_ROW_LEN)
+#else
+#define PK_LEN(row_len) ((size_t)(row_len))
+#endif
+
+#define PK_GATHER_ROWS(name, IDX)                                                               \
+    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
+                       int row_len, int B)                                                      \
+    {                                                                                           \
+        const size_t b0 = get_global_id(0) * (size_t)PK_ROWS;                                   \
+        const size_t b1 = min(b0 + (size_t)PK_ROWS, (size_t)B);                                 \
+        const size_t len = PK_LEN(row_len), vec_end = len - len % PK_GVW;                       \
+        for (size_t b = b0; b < b1; ++b) {                                                      \
+            __global const REAL *src = x + (size_t)indices[b] * len;                            \
+            __global REAL *dst = out + b * len;                                                 \
+            size_t j = 0;                                                                       \
+            for (; j < vec_end; j += PK_GVW)                                                    \
+                PK_GCOPY(dst + j, src + j);                                                     \
+            for (; j < len; ++j)                                                                \
+                dst[j] = src[j];                                                                \
+        }                                                                                       \
+    }
+
+PK_GATHER_ROWS(pk_gather_rows, long)
+PK_GATHER_ROWS(pk_gather_rows_i32, int)

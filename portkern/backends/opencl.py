@@ -1,16 +1,31 @@
-"""The OpenCL backend: the OpenCL C kernels in kernels/opencl, run through pyopencl (PoCL on CPUs)."""
+"""The OpenCL backend: the OpenCL C kernels in kernels/opencl, run through pyopencl (PoCL, Intel's CPU
+runtime and any installed GPU driver)."""
 
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
 
+from .. import tuning
 from .._kernels import load_source, source_hash
+from ..envs import ENVS
 from ..envs.base import EnvSpec
+from . import _opencl_drivers
 from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register
+
+# PyPI drivers (Intel's CPU runtime) are made visible to the ICD loader before pyopencl is imported:
+# the loader reads its vendor folders once, when platforms are first listed.
+if "pyopencl" in sys.modules:
+    _opencl_drivers.REPORT.append(
+        "pyopencl was imported before portkern: if it had listed platforms already, PyPI OpenCL drivers "
+        "appear only in a new process (import portkern first)"
+    )
+_opencl_drivers.register()
 
 try:  # optional dependency: a missing pyopencl surfaces in probe(), with the install hint
     import pyopencl as cl
@@ -25,8 +40,28 @@ _TYPE_NAMES = ("gpu", "cpu", "accelerator")
 #: Platforms that simulate a device (Oclgrind runs every work-item through an interpreter):
 #: never chosen by default or by type, only when named.
 _SIMULATORS = ("oclgrind",)
+#: Short names of OpenCL implementations (platform name prefix -> id), for test ids and ``device=``.
+_PLATFORM_IDS = (
+    ("portable computing language", "pocl"), ("intel(r) opencl graphics", "intel-gpu"),
+    ("intel(r) opencl", "intel"), ("intel(r) fpga emulation", "intel-fpga-emu"), ("nvidia", "nvidia"),
+    ("amd accelerated parallel processing", "amd"), ("rusticl", "rusticl"), ("clover", "clover"),
+    ("apple", "apple"), ("oclgrind", "oclgrind"),
+)  # fmt: skip
+#: Among CPU implementations the default device is PoCL (what ``portkern[opencl]`` brings): installing
+#: another driver adds a device without moving the default. Any GPU still comes first.
+_DEFAULT_CPU_PLATFORMS = ("pocl",)
 #: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+_VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+#: Knob values used when neither the per-machine cache nor the shipped table has the device
+#: (portkern.tuning): safe rather than fast, and never the width the driver advertises. GPUs: one
+#: env per work-item (the SIMT hardware vectorises across work-items) and the driver's work-group
+#: size. CPUs: 16 envs per work-item, the width with the best worst case over the CPU drivers
+#: measured (bench/results/dev-vm-2core-epyc-tune-*: at least 0.78 of each step kernel's best and
+#: 0.64 of each rollout's on PoCL and Intel, against 0.73 and 0.55 for 8, 0.42 and 0.37 for 4); CPU
+#: drivers do not vectorise sin/cos or the autoreset branches across work-items by themselves.
+#: reduce_wg: the largest power of two up to 256 the device runs.
+_FALLBACK_CPU_VW = 16
 
 
 class KernelBuildError(RuntimeError):
@@ -60,31 +95,75 @@ def _type_matches(device: Any, type_name: str) -> bool:
     return bool(device.type & getattr(cl.device_type, type_name.upper()))
 
 
-def _select_device(want: str | None) -> tuple[Any, Any]:
-    """``want`` is a case-insensitive substring of platform name/vendor/device name, or a device type.
+def platform_id(platform_name: str) -> str:
+    """The short name of an OpenCL implementation ("pocl", "intel", ...), from its platform name."""
+    name = platform_name.strip().lower()
+    for prefix, pid in _PLATFORM_IDS:
+        if name.startswith(prefix):
+            return pid
+    return "-".join("".join(c if c.isalnum() else " " for c in name).split()[:2]) or "opencl"
 
-    Without one: the first GPU, else the first CPU, else the first device (simulators excepted).
+
+def device_ids(include_simulators: bool = False) -> dict[str, str]:
+    """Short id -> device label of every OpenCL device found ("pocl", "intel"; "<id>-<type>" and then
+    a number where one implementation lists several), simulators left out unless asked for."""
+    out: dict[str, str] = {}
+    for p, d in _all_devices():
+        if _is_simulator(p) and not include_simulators:
+            continue
+        base = platform_id(p.name)
+        pid = base
+        if pid in out:
+            kind = next((k for k in _TYPE_NAMES if _type_matches(d, k)), "device")
+            pid = f"{base}-{kind}"
+        n = 2
+        while pid in out:
+            pid, n = f"{base}-{n}", n + 1
+        out[pid] = _label(p, d)
+    return out
+
+
+def _select_device(want: str | None) -> tuple[Any, Any]:
+    """``want`` is a device label as listed ("Platform: Device"), a device name, an implementation's
+    short id ("pocl", "intel"), a case-insensitive substring of platform name/vendor/device name, or a
+    device type -- tried in that order, so one CPU under two implementations can be told apart.
+
+    Without one: the first GPU, else a CPU (PoCL first, see _DEFAULT_CPU_PLATFORMS), else the first
+    device (simulators excepted).
     """
     found = _all_devices()
     real = [(p, d) for p, d in found if not _is_simulator(p)]
+
+    def first_of(type_name: str) -> tuple[Any, Any] | None:
+        typed = [(p, d) for p, d in real if _type_matches(d, type_name)]
+        if type_name == "cpu":  # stable sort: PoCL first, then the loader's order
+            typed.sort(key=lambda pd: platform_id(pd[0].name) not in _DEFAULT_CPU_PLATFORMS)
+        return typed[0] if typed else None
+
+    key = "" if want is None else want.strip().lower()
     if want is None:
-        for type_name in ("gpu", "cpu"):
-            for p, d in real:
-                if _type_matches(d, type_name):
+        chosen = first_of("gpu") or first_of("cpu") or (real[0] if real else None)
+        if chosen:
+            return chosen
+    elif key in _TYPE_NAMES and first_of(key):
+        return first_of(key)
+    elif key:
+        ids = {pid.lower(): label for pid, label in device_ids(include_simulators=True).items()}
+        rules = (
+            lambda p, d: _label(p, d).lower() == key,
+            lambda p, d: d.name.strip().lower() == key,
+            lambda p, d: ids.get(key) == _label(p, d),
+            lambda p, d: key in f"{p.name} {p.vendor} {d.name}".lower(),
+        )
+        for rule in rules:
+            for p, d in found:
+                if rule(p, d):
                     return p, d
-        if real:
-            return real[0]
-    else:
-        key = want.strip().lower()
-        for p, d in found:
-            names = f"{p.name} {p.vendor} {d.name}".lower()
-            by_type = key in _TYPE_NAMES and not _is_simulator(p) and _type_matches(d, key)
-            if key and (key in names or by_type):
-                return p, d
     listed = "; ".join(_label(p, d) for p, d in found) or "none"
     raise ValueError(
-        f"device: no OpenCL device matches {want!r}; devices found: {listed}. Pass a substring of "
-        f"a platform or device name, or a type ({', '.join(_TYPE_NAMES)})"
+        f"device: no OpenCL device matches {want!r}; devices found: {listed}. Pass a device as listed, "
+        f"an implementation ({', '.join(device_ids(include_simulators=True)) or 'none found'}), a substring "
+        f"of a platform or device name, or a type ({', '.join(_TYPE_NAMES)})"
     )
 
 
@@ -125,15 +204,40 @@ class OpenCLBackend(Backend):
         self.supports_float64 = "cl_khr_fp64" in self.device.extensions.split()
         self.context = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.context)
-        #: Work-group size of the element-wise kernels; None lets the driver choose (a tuning knob).
-        self.local_size: int | None = None
-        #: Envs per work-item in env, rollout and MLP kernels (PK_VW: 1, 2, 4, 8 or 16); None picks
-        #: the CPU's preferred vector width (CPU drivers do not vectorise sin/cos or the autoreset
-        #: branches across work-items themselves) and 1 on GPUs (a tuning knob).
-        self.env_vector_width: int | None = None
-        #: Work-group size of the normalize reduction (PK_WG) and its number of partial groups.
-        self.reduce_wg: int = 1 << int(math.log2(min(256, self.device.max_work_group_size)))
+        # Tuning knobs. Each starts at tuning.TUNED: the tuned default of the kernel being launched,
+        # from the per-machine cache, else the shipped table, else _fallback() (see portkern.tuning;
+        # describe() says which). Set one to a value to run that value for every kernel.
+        #: Work-group size of the element-wise kernels; None lets the driver choose.
+        self.local_size: int | None | str = tuning.TUNED
+        #: Envs per work-item in env, rollout and MLP kernels (PK_VW: 1, 2, 4, 8 or 16); None: the
+        #: driver's preferred vector width (a value to compare against, never a default).
+        self.env_vector_width: int | None | str = tuning.TUNED
+        #: Work-group size of the normalize reduction (PK_WG, a power of two; a property that reads
+        #: as the value in force) and its number of partial groups.
+        self.reduce_wg = tuning.TUNED
         self.reduce_groups: int = 1024
+        self.tuned_defaults = tuning.Defaults(
+            tuning.Identity(self.name, *self._device_key(), self.device_kind()), self._fallback(), self._fits
+        )  # fmt: skip
+        #: Non-empty compiler output of the programs this instance built ("file options" -> log).
+        #: Intel's CPU compiler always writes one; it is kept for describe_verbose() and errors.
+        self.build_logs: dict[str, str] = {}
+        # Layout knobs of the buffer ops (pk_scan.h, normalize.cl, gather.cl). A CPU driver runs a
+        # work-group's items one after another on one core, so the GPU's one-element-per-work-item
+        # shape is slow there; these choose the shape, and tuning (not a device test) picks them.
+        # tuning.TUNED: the op's tuned default; without one, the GPU shape (_buffer_knob).
+        #: gae / discounted_returns: envs per vector (PK_VW: 1, 2, 4, 8, 16) and vectors per
+        #: work-item (PK_NV); each work-item owns their product of consecutive envs. 1 and 1 is the GPU shape.
+        self.scan_vector_width: int | str = tuning.TUNED
+        self.scan_vectors_per_item: int | str = tuning.TUNED
+        #: normalize: elements per work-item of the partial and apply passes (0: the GPU shape,
+        #: grid-strided Welford plus a work-group tree of reduce_wg) and their vector width.
+        self.reduce_chunk: int | str = tuning.TUNED
+        self.reduce_vector_width: int | str = tuning.TUNED
+        #: gather: rows per work-item (0: the GPU shape, one element per work-item) and elements
+        #: per vector load within a row.
+        self.gather_rows_per_item: int | str = tuning.TUNED
+        self.gather_vector_width: int | str = tuning.TUNED
         fp32 = self.device.single_fp_config
         # OpenCL allows 2.5 ulp float division by default; the reference divides exactly.
         self._fp32_options: tuple[str, ...] = (
@@ -144,14 +248,88 @@ class OpenCLBackend(Backend):
 
     def describe(self) -> dict[str, str]:
         d = self.device
-        return {
+        out = {
             "backend": self.name,
             "device": self.device_name,
+            "platform": self.platform.name.strip(),
+            "kind": self.device_kind(),
             "vendor": d.vendor.strip(),
             "driver": d.driver_version.strip(),
             "opencl": d.version.strip(),
             "pyopencl": cl.VERSION_TEXT,
+            # Where the knobs' defaults come from, and their values per kernel family.
+            "tuned_defaults": self.tuned_defaults.origin(),
         }
+        out.update({f"defaults {fam}": text for fam, text in self.tuned_defaults.summary().items()})
+        return out
+
+    def describe_verbose(self) -> dict[str, str]:
+        """describe(), plus what ``portkern devices --verbose`` adds: how the driver was found, what
+        the device advertises, and the compiler's output for one of portkern's kernels."""
+        d = self.device
+        out = self.describe()
+        out["icd"] = "; ".join(_opencl_drivers.REPORT) or "the ICD loader's own vendor folders"
+        out["advertised"] = (
+            f"preferred vector width float {d.preferred_vector_width_float}, double "
+            f"{d.preferred_vector_width_double} (not used as defaults); max work-group {d.max_work_group_size}; "
+            f"{d.max_compute_units} compute units; fp64 {'yes' if self.supports_float64 else 'no'}"
+        )
+        try:  # one real build, so that a compiler that talks (Intel's) is heard here, not in tests
+            self._kernel("cartpole.cl", "pk_cartpole_step", self._env_options(np.float32, "step:CartPole-v1", "step")[0])
+        except KernelBuildError as exc:
+            out["build cartpole.cl"] = str(exc)
+        for what, log in self.build_logs.items():
+            out[f"build log {what}"] = log
+        return out
+
+    def _fallback(self) -> dict[str, dict[str, Any]]:
+        """The knobs' values without a tuned entry (documented at _FALLBACK_CPU_VW), per kernel family."""
+        cpu = self.device_kind() == "cpu"
+        vw = _FALLBACK_CPU_VW if cpu else 1
+        wg = 1 << int(math.log2(min(256, self.device.max_work_group_size)))
+        fams: dict[str, dict[str, Any]] = {
+            "step": {"env_vector_width": vw, "local_size": None},
+            "rollout": {"env_vector_width": vw, "local_size": None},
+            "fused": {"env_vector_width": vw, "local_size": None},
+            "normalize": {"reduce_wg": wg, "local_size": None},
+        }
+        for op in ("gae", "discounted_returns", "gather"):
+            fams[op] = {"local_size": None}
+        return fams
+
+    def _fits(self, knob: str, value: Any) -> bool:
+        """Whether a tuned value (measured on another device of the family) can run on this one."""
+        limit = self.device.max_work_group_size
+        if knob == "env_vector_width":
+            return value in _VECTOR_WIDTHS
+        if knob == "local_size":
+            return value is None or (isinstance(value, int) and 1 <= value <= limit)
+        if knob == "reduce_wg":
+            return isinstance(value, int) and 1 <= value <= limit and not value & (value - 1)
+        return True
+
+    @property
+    def reduce_wg(self) -> int:
+        """Work-group size of the normalize and validation reductions (PK_WG, a power of two).
+
+        One kernel family uses it, so it reads as the value in force: the tuned default until set
+        (set tuning.TUNED to go back to it).
+        """
+        value = self._reduce_wg
+        if isinstance(value, str) and value == tuning.TUNED:
+            return self.tuned_defaults.resolve("reduce_wg", "normalize", "normalize").value
+        return value
+
+    @reduce_wg.setter
+    def reduce_wg(self, value: int | str) -> None:
+        self._reduce_wg = value
+
+    def _tuned(self, knob: str, family: str, kernel: str | None = None) -> Any:
+        """The knob's value for a launch: the attribute, or at TUNED the kernel's tuned default."""
+        value = getattr(self, knob)
+        if isinstance(value, str) and value == tuning.TUNED:
+            return self.tuned_defaults.resolve(knob, family, kernel).value
+        return value
 
     def synchronize(self) -> None:
         self.queue.finish()
@@ -186,29 +364,47 @@ class OpenCLBackend(Backend):
             return ("-DREAL=double", "-DPK_DOUBLE=1")
         raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
 
-    def _env_options(self, dtype: Any) -> tuple[tuple[str, ...], int]:
-        """Build options of the env, rollout and MLP kernels, and their envs per work-item."""
-        vw = self.env_vector_width
-        if vw is None:
+    def _env_options(self, dtype: Any, kernel: str | None, family: str) -> tuple[tuple[str, ...], int]:
+        """Build options of the env, rollout and MLP kernels, and their envs per work-item.
+
+        ``kernel`` / ``family`` (a benchmark kernel name, its knob family) pick the tuned default.
+        The tuned widths were measured in float32 and serve float64 too (a build option, same results).
+        """
+        vw = self._tuned("env_vector_width", family, kernel)
+        if vw is None:  # asked for explicitly: the driver's preferred width, for comparisons
             d = self.device
-            if d.type & cl.device_type.CPU:
-                f64 = np.dtype(dtype) == np.float64
-                pref = d.preferred_vector_width_double if f64 else d.preferred_vector_width_float
-                vw = 1 << int(math.log2(max(1, min(16, pref))))
-            else:
-                vw = 1
-        if vw not in (1, 2, 4, 8, 16):
-            raise ValueError(f"env_vector_width: expected None, 1, 2, 4, 8 or 16, got {vw!r}")
+            f64 = np.dtype(dtype) == np.float64
+            pref = d.preferred_vector_width_double if f64 else d.preferred_vector_width_float
+            vw = 1 << int(math.log2(max(1, min(16, pref)))) if d.type & cl.device_type.CPU else 1
+        if vw not in _VECTOR_WIDTHS or isinstance(vw, bool):
+            raise ValueError(f"env_vector_width: expected {tuning.TUNED!r}, None, 1, 2, 4, 8 or 16, got {vw!r}")
         return (*self._real_options(dtype), f"-DPK_VW={vw}"), vw
 
     def _compile(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
+        """Build from source. The compiler's output is kept in ``build_logs`` instead of pyopencl's
+        CompilerWarning: Intel's CPU compiler writes a log for every build (its vectoriser's remarks),
+        which is information, not a warning; a failed build raises with the log in the message."""
         try:
-            return cl.Program(self.context, source).build(options=list(options))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                prg = cl.Program(self.context, source).build(options=list(options))
         except cl.Error as exc:
             raise KernelBuildError(
                 f"OpenCL build of kernels/opencl/{filename} failed on {self.device_name} "
                 f"(options: {' '.join(options)}):\n{exc}"
             ) from None
+        self._keep_log(filename, options, prg)
+        return prg
+
+    def _keep_log(self, filename: str, options: tuple[str, ...], prg: Any) -> None:
+        try:
+            log = prg.get_build_info(self.device, cl.program_build_info.LOG) or ""
+        except cl.Error:
+            return
+        if log.strip():
+            if len(self.build_logs) >= 64:  # bounded, like the program caches
+                self.build_logs.pop(next(iter(self.build_logs)))
+            self.build_logs[f"{filename} {' '.join(options)}"] = log.strip()
 
     def _build(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
         """The program for (source, options) on this backend's device and context, built once.
@@ -218,13 +414,21 @@ class OpenCLBackend(Backend):
         its program from the cached one's device binary instead of compiling the source again.
         """
         options = ("-cl-std=CL1.2", *options, *self._fp32_options)
-        shared = self._program(source, options, lambda: self._compile(filename, source, options))
-        if shared.context == self.context:
+        # The cached entry holds the context the program was built in: Intel's CPU runtime destroys a
+        # context when its creator lets go of it, programs or not ("INVALID_CONTEXT" afterwards).
+        shared, context = self._program(
+            source, options, lambda: (self._compile(filename, source, options), self.context)
+        )  # fmt: skip
+        if context == self.context:
             return shared
 
         def from_binary() -> Any:
             try:
-                return cl.Program(self.context, [self.device], shared.binaries).build(options=list(options))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", cl.CompilerWarning)
+                    prg = cl.Program(self.context, [self.device], shared.binaries).build(options=list(options))
+                self._keep_log(filename, options, prg)
+                return prg
             except cl.Error:  # a driver that cannot reload its own binaries: compile the source
                 return self._compile(filename, source, options)
 
@@ -237,11 +441,31 @@ class OpenCLBackend(Backend):
             lambda: cl.Kernel(self._build(filename, load_source("opencl", filename), options), kernel),
         )  # fmt: skip
 
-    def _ranges(self, n: int) -> tuple[tuple[int], tuple[int] | None]:
-        """Global and local size for ``n`` work-items with the ``local_size`` knob."""
+    def _launch_key(self, function_name: str) -> tuple[str | None, str]:
+        """(benchmark kernel name, knob family) of a kernel function, for its tuned local size."""
+        name = function_name.removeprefix("pk_")
+        for spec in sorted(ENVS.values(), key=lambda s: -len(s.kernel)):  # mountain_car_continuous first
+            if name.startswith(spec.kernel + "_"):
+                what = name[len(spec.kernel) + 1 :]
+                return (None, "fused") if what == "rollout" else (f"step:{spec.id}", "step")
+        for op in ("gae", "discounted_returns", "normalize", "gather"):
+            if name.startswith(op):
+                return op, op
+        return None, "rollout" if name.startswith("mlp") else "step"
+
+    def _ranges(self, n: int, kernel: Any = None) -> tuple[tuple[int], tuple[int] | None]:
+        """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel)."""
         ls = self.local_size
-        if ls is not None and (not isinstance(ls, int) or ls < 1):
-            raise ValueError(f"local_size: expected None or a positive int, got {ls!r}")
+        if isinstance(ls, str) and ls == tuning.TUNED:
+            keys = self.__dict__.setdefault("_launch_keys", {})  # per kernel object: a dict hit per launch
+            if kernel not in keys:
+                if len(keys) >= 256:  # kernels evicted from the kernel cache must not pile up here
+                    keys.clear()
+                keys[kernel] = self._launch_key(getattr(kernel, "function_name", ""))
+            bench_name, family = keys[kernel]
+            ls = self._tuned("local_size", family, bench_name)
+        if ls is not None and (not isinstance(ls, int) or isinstance(ls, bool) or ls < 1):
+            raise ValueError(f"local_size: expected {tuning.TUNED!r}, None or a positive int, got {ls!r}")
         if ls is None:
             return (n,), None
         return (-(-n // ls) * ls,), (ls,)  # the kernels bounds-check: round up to whole work-groups
@@ -249,7 +473,7 @@ class OpenCLBackend(Backend):
     def _launch(self, kernel: Any, n: int, *args: Any) -> None:
         if n <= 0:
             return
-        gs, ls = self._ranges(n)
+        gs, ls = self._ranges(n, kernel)
         kernel(self.queue, gs, ls, *args)
 
     # ---- arrays -------------------------------------------------------------------------------
@@ -323,7 +547,7 @@ class OpenCLBackend(Backend):
 
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
-        opts, vw = self._env_options(params.dtype)
+        opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_reset", opts)
         self._launch(
             k, -(-n // vw), *self._env_args(bufs), bufs.obs.data, self._device_params(params).data,
@@ -335,7 +559,7 @@ class OpenCLBackend(Backend):
         n = bufs.steps.shape[0]
         mode = AUTORESET_MODES[autoreset]
         act = self._actions_on_device(actions, n, spec.action_dtype)
-        opts, vw = self._env_options(params.dtype)
+        opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_step", opts)
         self._launch(
             k, -(-n // vw), *self._env_args(bufs), act.data, bufs.obs.data, bufs.final_obs.data,
@@ -349,7 +573,8 @@ class OpenCLBackend(Backend):
         n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps, dt = out.steps, params.dtype
-        opts, vw = self._env_options(dt)
+        bench_name = f"rollout:{spec.id}:fused" + (":mlp" if policy.kind == 1 else "")
+        opts, vw = self._env_options(dt, bench_name, "fused")
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_rollout", opts)
         # Arguments are set once; each launch only moves the time window (t0, t_count).
         args = [*self._env_args(bufs), bufs.obs.data, bufs.final_obs.data, bufs.reward.data,
@@ -360,7 +585,7 @@ class OpenCLBackend(Backend):
                 np.int32(AUTORESET_MODES[autoreset]), np.int32(0), np.int32(0), np.int32(n)]  # fmt: skip
         k.set_args(*args)
         i_t0 = len(args) - 3
-        gs, ls = self._ranges(-(-n // vw))
+        gs, ls = self._ranges(-(-n // vw), k)
         for t0 in range(0, steps, steps_per_launch):
             k.set_arg(i_t0, np.int32(t0))
             k.set_arg(i_t0 + 1, np.int32(min(steps_per_launch, steps - t0)))
@@ -369,7 +594,7 @@ class OpenCLBackend(Backend):
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = self._empty((n, out_dim), np.float32)
-        opts, vw = self._env_options(obs.dtype)
+        opts, vw = self._env_options(obs.dtype, None, "rollout")  # the per-step paths' MLP
         k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
         self._launch(
             k, -(-n // vw), policy_params.data, np.int32(hidden), np.int32(d), np.int32(out_dim),
@@ -378,6 +603,40 @@ class OpenCLBackend(Backend):
         return out
 
     # ---- rollout buffer ops ------------------------------------------------------------------
+    #: Rows of at most this many elements are gathered by a program built for their length.
+    _GATHER_CONST_ROW = 64
+    def _buffer_knob(self, op: str, name: str) -> int:
+        """Layout knob ``name`` for buffer op ``op``: the attribute, or at tuning.TUNED the op's tuned
+        default (per-machine cache, shipped table), else the GPU shape; checked here."""
+        v = getattr(self, name)
+        if isinstance(v, str) and v == tuning.TUNED:
+            try:
+                v = self.tuned_defaults.resolve(name, op, op).value
+            except KeyError:
+                # No tuned entry: the GPU shape, i.e. the original kernels (one element or env per
+                # work-item). Never chosen by device type: a CPU gets its layout from tuning.
+                gpu_shape = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk": 0,
+                             "reduce_vector_width": 1, "gather_rows_per_item": 0, "gather_vector_width": 1}  # fmt: skip
+                v = gpu_shape[name]
+        if name.endswith("vector_width"):
+            if isinstance(v, bool) or v not in _VECTOR_WIDTHS:
+                raise ValueError(f"{name}: expected {tuning.TUNED!r}, 1, 2, 4, 8 or 16, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "scan_vectors_per_item" else 0):
+            least = "a positive int" if name == "scan_vectors_per_item" else "0 (the GPU shape) or a positive int"
+            raise ValueError(f"{name}: expected {tuning.TUNED!r} or {least}, got {v!r}")
+        return v
+
+    def _scan_options(self, op: str, dtype: Any) -> tuple[tuple[str, ...], int]:
+        """Build options of gae / discounted_returns and the envs each work-item owns."""
+        vw = self._buffer_knob(op, "scan_vector_width")
+        nv = self._buffer_knob(op, "scan_vectors_per_item")
+        if vw * nv > 8192:  # the recursion's carry lives in private memory, PK_NV vectors of it
+            raise ValueError(
+                f"scan_vectors_per_item: at most {8192 // vw} with scan_vector_width {vw} "
+                f"(8192 envs per work-item), got {nv}"
+            )
+        return (*self._real_options(dtype), f"-DPK_VW={vw}", f"-DPK_NV={nv}"), vw * nv
+
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
         dt = rewards.dtype
         shape = rewards.shape
@@ -388,10 +647,11 @@ class OpenCLBackend(Backend):
         self._check_array(truncated, "truncated", np.bool_, shape)
         T = dt.type
         steps, n = shape
-        k = self._kernel("gae.cl", "pk_gae", self._real_options(dt))
+        opts, envs = self._scan_options("gae", dt)
+        k = self._kernel("gae.cl", "pk_gae", opts)
         # gamma * lam is rounded in the env dtype on the host exactly as the reference does.
         self._launch(
-            k, n, rewards.data, values.data, next_values.data, terminated.data, truncated.data,
+            k, -(-n // envs), rewards.data, values.data, next_values.data, terminated.data, truncated.data,
             advantages.data, returns.data, T(gamma), T(T(gamma) * T(lam)), np.int32(steps), np.int32(n),
         )  # fmt: skip
 
@@ -405,9 +665,10 @@ class OpenCLBackend(Backend):
         self._check_array(truncated, "truncated", np.bool_, shape)
         per_step = bootstrap.ndim == 2
         self._check_array(bootstrap, "bootstrap", dt, shape if per_step else (n,))
-        k = self._kernel("discounted_returns.cl", "pk_discounted_returns", self._real_options(dt))
+        opts, envs = self._scan_options("discounted_returns", dt)
+        k = self._kernel("discounted_returns.cl", "pk_discounted_returns", opts)
         self._launch(
-            k, n, rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
+            k, -(-n // envs), rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
             dt.type(gamma), np.int32(per_step), np.int32(steps), np.int32(n),
         )  # fmt: skip
 
@@ -421,21 +682,32 @@ class OpenCLBackend(Backend):
         wg = self.reduce_wg
         if not isinstance(wg, int) or wg < 1 or wg & (wg - 1):
             raise ValueError(f"reduce_wg: expected a power of two, got {wg!r}")
-        opts = (*self._real_options(dt), f"-DPK_WG={wg}")
-        groups = max(1, min(-(-n // wg), self.reduce_groups))
+        chunk = self._buffer_knob("normalize", "reduce_chunk")
+        vw = self._buffer_knob("normalize", "reduce_vector_width")  # checked even where unused
+        vw = vw if chunk else 1
+        per_item = max(1, chunk // vw)  # vectors per work-item of the apply pass
+        opts = (*self._real_options(dt), f"-DPK_WG={wg}", f"-DPK_VW={vw}", f"-DPK_CHUNK={max(chunk, 1)}",
+                f"-DPK_NV={per_item}")  # fmt: skip
+        # The GPU shape: a fixed number of groups, each a tree over its grid-strided slices; the
+        # chunk shape: one partial per chunk of `chunk` elements.
+        groups = -(-n // chunk) if chunk else max(1, min(-(-n // wg), self.reduce_groups))
         # partials and stats: allocated once per (dtype, group count), reused by every call
         pcount = self._scratch(("normalize", "count"), (groups,), np.uint32)
         pmean = self._scratch(("normalize", "mean"), (groups,), dt)
         pm2 = self._scratch(("normalize", "m2"), (groups,), dt)
         stats = self._scratch(("normalize", "stats"), (2,), dt)
-        partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
         finalize = self._kernel("normalize.cl", "pk_normalize_finalize", opts)
         apply = self._kernel("normalize.cl", "pk_normalize_apply", opts)
-        partial(self.queue, (groups * wg,), (wg,), x.data, pcount.data, pmean.data, pm2.data,
-                np.int32(n))
+        if chunk:
+            chunks = self._kernel("normalize.cl", "pk_normalize_chunks", opts)
+            self._launch(chunks, groups, x.data, pcount.data, pmean.data, pm2.data, np.int32(n))
+        else:
+            partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
+            partial(self.queue, (groups * wg,), (wg,), x.data, pcount.data, pmean.data, pm2.data,
+                    np.int32(n))
         finalize(self.queue, (wg,), (wg,), pcount.data, pmean.data, pm2.data, stats.data,
                  np.int32(groups))
-        self._launch(apply, n, x.data, out.data, stats.data, dt.type(eps), np.int32(n))
+        self._launch(apply, -(-n // (vw * per_item)), x.data, out.data, stats.data, dt.type(eps), np.int32(n))
 
     def gather(self, x, indices, out):
         self._check_array(x, "x")
@@ -448,8 +720,18 @@ class OpenCLBackend(Backend):
                 f"indices: expected a 1-D int64 or int32 array, got {indices.dtype} {indices.shape}"
             )
         row_len = math.prod(x.shape[1:])
-        k = self._kernel("gather.cl", kernel, (f"-DREAL={_BITS_TYPE[x.dtype.itemsize]}",))
-        self._launch(k, b * row_len, x.data, indices.data, out.data, np.int32(row_len), np.int32(b))
+        rows = self._buffer_knob("gather", "gather_rows_per_item")
+        vw = self._buffer_knob("gather", "gather_vector_width")  # checked even where unused
+        opts: tuple[str, ...] = (f"-DREAL={_BITS_TYPE[x.dtype.itemsize]}",)
+        if rows == 0 or row_len == 0:  # the GPU shape: one element per work-item
+            k = self._kernel("gather.cl", kernel, opts)
+            self._launch(k, b * row_len, x.data, indices.data, out.data, np.int32(row_len), np.int32(b))
+            return
+        opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}")
+        if row_len <= self._GATHER_CONST_ROW:  # short rows: the row length compiled in (gather.cl)
+            opts = (*opts, f"-DPK_ROW_LEN={row_len}")
+        k = self._kernel("gather.cl", kernel.replace("pk_gather", "pk_gather_rows"), opts)
+        self._launch(k, -(-b // rows), x.data, indices.data, out.data, np.int32(row_len), np.int32(b))
 
     def _validate_reduce(self, kernel: str, a: Any, outputs: tuple[Any, ...]) -> list[np.ndarray]:
         """Run one validate.cl reduction over ``a``; returns the per-group partials on the host.

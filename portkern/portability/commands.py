@@ -179,9 +179,13 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
         raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
     try:
         if tune:
+            from ..tuning import cache_path, write_cache
             from .tune import write_tuned
 
             write_tuned(json_path, out / "tuned.json")
+            # The per-machine cache: this device's defaults from now on (tuning.py, source "cache").
+            for key in write_cache(json_path):
+                print(f"tuned defaults of {key} written to {cache_path()}")
         rep = report.write([str(json_path)], out, mixes)
     except Exception as exc:
         raise RuntimeError(f"the report could not be built ({type(exc).__name__}: {exc}); the measurements are "

@@ -51,11 +51,19 @@ SIMULATOR_MARKERS = ("oclgrind", "simulator")
 #: A backend without the attribute has no such knob; None means "the driver chooses".
 KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "step": {"local_size": (None, 32, 64, 128, 256), "block_size": (64, 128, 256, 512, 1024)},
-    "gae": {"local_size": (None, 32, 64, 128, 256), "block_size": (64, 128, 256, 512, 1024)},
-    "discounted_returns": {"local_size": (None, 32, 64, 128, 256), "block_size": (64, 128, 256, 512, 1024)},
-    "gather": {"local_size": (None, 64, 128, 256), "block_size": (128, 256, 512)},
+    # OpenCL's scans also take a layout: PK_VW x PK_NV consecutive envs per work-item (1 x 1 is the
+    # GPU shape). The work-group size is searched more coarsely so the product stays small.
+    "gae": {"local_size": (None, 64, 256), "scan_vector_width": (1, 8, 16), "scan_vectors_per_item": (1, 32, 128, 512),
+            "block_size": (64, 128, 256, 512, 1024)},
+    "discounted_returns": {"local_size": (None, 64, 256), "scan_vector_width": (1, 8, 16),
+                           "scan_vectors_per_item": (1, 32, 128, 512), "block_size": (64, 128, 256, 512, 1024)},
+    # OpenCL's row layout: rows per work-item (0: one element per work-item, the GPU shape), vector width.
+    "gather": {"local_size": (None, 256), "gather_rows_per_item": (0, 16, 64, 256), "gather_vector_width": (1, 2, 4),
+               "block_size": (128, 256, 512)},
     # The reduction's work-group must be a power of two (PK_WG); the apply pass uses local_size.
-    "normalize": {"reduce_wg": (64, 128, 256), "local_size": (None, 128), "block_size": (128, 256, 512)},
+    # OpenCL's chunk layout: elements per work-item (0: the work-group tree), vector width.
+    "normalize": {"reduce_wg": (64, 256), "local_size": (None, 128), "reduce_chunk": (0, 4096, 16384, 65536),
+                  "reduce_vector_width": (1, 8, 16), "block_size": (128, 256, 512)},
     # Host round-trip and per-step rollouts: envs per work-item and block size. The work-group size
     # is left to the driver here (the step family searches it); the product would be 5x larger.
     "rollout": {"env_vector_width": (None, 1, 4, 8, 16), "block_size": (128, 256, 512)},
@@ -64,7 +72,11 @@ KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fused": {"steps_per_launch": (1, 8, 32, 128), "env_vector_width": (None, 1, 4, 8, 16),
               "block_size": (128, 256, 512)},
 }
-KNOBS["step"]["env_vector_width"] = (None, 1, 4, 8, 16)  # OpenCL PK_VW (a build option); None: the driver's width
+# OpenCL PK_VW (a build option). Explicit widths only: "the driver's advertised width" runs the same
+# kernel as one of them and is never a default (tuning.py), so it is not searched either.
+KNOBS["step"]["env_vector_width"] = (1, 4, 8, 16)
+for _fam in ("rollout", "fused"):
+    KNOBS[_fam]["env_vector_width"] = (1, 4, 8, 16)
 #: Knobs that are arguments of a case rather than attributes of the backend instance.
 CASE_KNOBS = ("steps_per_launch",)
 

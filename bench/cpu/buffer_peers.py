@@ -1,0 +1,525 @@
+"""Rollout-buffer ops on this CPU: portkern (OpenCL on every CPU driver, NumPy) against PyTorch and JAX.
+
+The ops of portkern.buffer over time-major [T, N] float32 buffers: gae, discounted_returns,
+normalize, and gather (rows of a flattened [T*N, 4] array at a permutation, as a minibatch epoch).
+Peers, each written the way its community writes it, inputs already where each one computes:
+
+* numpy: portkern's NumPy backend (the reference), plus plain float32 NumPy for normalize;
+* torch_loop: the CleanRL ``ppo.py`` loop over t (one small op per row); torch_vec: the same
+  recursion with the masks and deltas computed as whole-array ops and in-place per-row updates;
+  each on torch's default threads and on one ("@1t");
+* jax: ``lax.scan(reverse=True)`` under ``jit`` (the purejaxrl pattern), ``jnp`` for normalize/gather;
+* opencl:<driver>: portkern's OpenCL backend on each OpenCL CPU device, with the layout knobs
+  (scan_vector_width x scan_vectors_per_item, reduce_chunk x reduce_vector_width,
+  gather_rows_per_item x gather_vector_width) chosen by a short interleaved sweep first.
+
+Every case is checked against the reference before it is timed. Timed rounds interleave all cases
+(the order rotates every round) on this shared machine; each sample is one call, synchronised.
+Rates are items/s (elements; rows for gather) over wall time, and over the process's CPU time
+(all its threads: PoCL's, Intel's TBB, OpenMP, XLA), which load from other jobs disturbs less.
+
+    PYTHONPATH=. python bench/cpu/buffer_peers.py [--sizes 128x65536,128x262144] [--repeats 9]
+    (pip install 'portkern[opencl,bench,peers]'; Intel's CPU runtime too: 'portkern[opencl-intel]')
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from _common import machine_info, write_json
+from rich.console import Console
+from rich.table import Table
+
+from portkern.backends import get_backend
+from portkern.backends import numpy as npb
+from portkern.backends import opencl as _opencl  # noqa: F401  (registers PyPI OpenCL drivers first)
+
+GAMMA, LAM, EPS = 0.99, 0.95, 1e-8
+OPS = ("gae", "discounted_returns", "normalize", "gather")
+FEATURES = 4  # gather: row length (CartPole's observation)
+#: Layout candidates per op swept on each OpenCL device before timing; the first is the GPU shape.
+SWEEP: dict[str, list[dict[str, int]]] = {
+    "gae": [{"scan_vector_width": w, "scan_vectors_per_item": v}
+            for w, v in ((1, 1), (8, 32), (8, 128), (8, 512), (16, 64), (16, 256))],
+    "normalize": [{"reduce_chunk": 0, "reduce_vector_width": 1}]
+    + [{"reduce_chunk": c, "reduce_vector_width": w} for c in (4096, 16384, 65536) for w in (8, 16)],
+    "gather": [{"gather_rows_per_item": 0, "gather_vector_width": 1}]
+    + [{"gather_rows_per_item": r, "gather_vector_width": w} for r in (16, 64, 256) for w in (1, 4)],
+}  # fmt: skip
+SWEEP["discounted_returns"] = SWEEP["gae"]
+#: Tolerances of the check against the reference (float32): the scans are exact on portkern's
+#: kernels; peers may contract or reorder (torch's addcmul, XLA's fusion), normalize reduces in
+#: another order.
+RTOL, ATOL = 1e-5, 1e-5
+
+
+# ---- inputs and the reference --------------------------------------------------------------
+def inputs(op: str, t: int, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    g = np.random.default_rng(seed)
+    shape = (t, n)
+    if op == "gae":
+        return {"r": g.standard_normal(shape, np.float32), "v": g.standard_normal(shape, np.float32),
+                "nv": g.standard_normal(shape, np.float32), "te": g.random(shape, np.float32) < 0.02,
+                "tr": g.random(shape, np.float32) < 0.01}  # fmt: skip
+    if op == "discounted_returns":
+        return {"r": g.standard_normal(shape, np.float32), "te": g.random(shape, np.float32) < 0.02,
+                "tr": g.random(shape, np.float32) < 0.01, "boot": g.standard_normal(n, np.float32)}  # fmt: skip
+    if op == "normalize":
+        return {"x": (3.0 * g.standard_normal(shape, np.float32) + 1.5).astype(np.float32)}
+    m = t * n
+    return {"x": g.standard_normal((m, FEATURES), np.float32), "idx": g.permutation(m).astype(np.int32)}
+
+
+def reference(op: str, a: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if op == "gae":
+        return list(npb.gae(a["r"], a["v"], a["nv"], a["te"], a["tr"], GAMMA, LAM))
+    if op == "discounted_returns":
+        return [npb.discounted_returns(a["r"], a["te"], a["tr"], a["boot"], GAMMA)]
+    if op == "normalize":
+        return [npb.normalize(a["x"], EPS)]
+    return [a["x"][a["idx"]]]
+
+
+def items(op: str, a: dict[str, np.ndarray]) -> int:
+    return int(a["idx"].shape[0]) if op == "gather" else int(next(iter(a.values())).size)
+
+
+# A case: (run, result) — run() computes once and waits for it; result() is the last output on the host.
+Case = tuple[Callable[[], None], Callable[[], list[np.ndarray]]]
+
+
+# ---- numpy ------------------------------------------------------------------------------------
+def numpy_cases(op: str, a: dict[str, np.ndarray]) -> dict[str, Case]:
+    b = get_backend("numpy")
+    if op == "gae":
+        adv, ret = np.empty_like(a["r"]), np.empty_like(a["r"])
+        return {"numpy": (lambda: b.gae(a["r"], a["v"], a["nv"], a["te"], a["tr"], adv, ret, GAMMA, LAM),
+                          lambda: [adv, ret])}  # fmt: skip
+    if op == "discounted_returns":
+        out = np.empty_like(a["r"])
+        return {"numpy": (lambda: b.discounted_returns(a["r"], a["te"], a["tr"], a["boot"], out, GAMMA),
+                          lambda: [out])}  # fmt: skip
+    if op == "normalize":
+        x, out, plain = a["x"], np.empty_like(a["x"]), np.empty_like(a["x"])
+
+        def numpy_plain() -> None:  # float32 throughout: what most NumPy code writes
+            np.divide(x - x.mean(), x.std() + np.float32(EPS), out=plain)
+
+        return {"numpy": (lambda: b.normalize(x, out, EPS), lambda: [out]),
+                "numpy_plain": (numpy_plain, lambda: [plain])}  # fmt: skip
+    out = np.empty_like(a["x"])
+    return {"numpy": (lambda: b.gather(a["x"], a["idx"], out), lambda: [out])}
+
+
+# ---- torch ------------------------------------------------------------------------------------
+def torch_cases(op: str, a: dict[str, np.ndarray]) -> dict[str, Case]:
+    import torch
+
+    h = {k: torch.from_numpy(v) for k, v in a.items()}  # CPU tensors sharing NumPy's memory
+    gl = float(np.float32(GAMMA) * np.float32(LAM))
+    if op == "gae":
+        r, v, nv, te, tr = h["r"], h["v"], h["nv"], h["te"], h["tr"]
+        steps = r.shape[0]
+        res: dict[str, list[Any]] = {}
+
+        def cleanrl() -> None:  # CleanRL ppo.py: advantages[t] = lastgaelam = delta + ..., row by row
+            with torch.no_grad():
+                adv = torch.zeros_like(r)
+                nonterm, notdone = (~te).float(), (~(te | tr)).float()
+                lastgaelam = 0
+                for t in reversed(range(steps)):
+                    delta = r[t] + GAMMA * nv[t] * nonterm[t] - v[t]
+                    adv[t] = lastgaelam = delta + gl * notdone[t] * lastgaelam
+                res["loop"] = [adv, adv + v]
+
+        adv, ret = torch.empty_like(r), torch.empty_like(r)
+
+        def vec() -> None:  # masks and deltas as whole-array ops, one fused in-place update per row
+            with torch.no_grad():
+                nonterm, notdone = (~te).float(), (~(te | tr)).float()
+                delta = torch.addcmul(r, nv, nonterm, value=GAMMA).sub_(v)
+                adv[steps - 1].copy_(delta[steps - 1])
+                for t in range(steps - 2, -1, -1):
+                    torch.addcmul(delta[t], notdone[t], adv[t + 1], value=gl, out=adv[t])
+                torch.add(adv, v, out=ret)
+
+        return {"torch_loop": (cleanrl, lambda: [x.numpy() for x in res["loop"]]),
+                "torch_vec": (vec, lambda: [adv.numpy(), ret.numpy()])}  # fmt: skip
+    if op == "discounted_returns":
+        r, te, tr, boot = h["r"], h["te"], h["tr"], h["boot"]
+        steps = r.shape[0]
+        out = torch.empty_like(r)
+        zero = torch.zeros((), dtype=r.dtype)
+
+        def loop() -> None:  # CleanRL-style reverse loop; truncation mid-rollout ends the return
+            with torch.no_grad():
+                nonterm = (~te).float()
+                running = boot
+                for t in reversed(range(steps)):
+                    nxt = running if t == steps - 1 else torch.where(tr[t], zero, running)
+                    running = r[t] + GAMMA * nxt * nonterm[t]
+                    out[t] = running
+
+        out2 = torch.empty_like(r)
+
+        def vec() -> None:  # whole-array mask, in-place per-row updates
+            with torch.no_grad():
+                gmask = (~te).float().mul_(GAMMA)
+                carry = (~(tr | te)).float().mul_(GAMMA)  # where truncated (and not terminated): 0
+                torch.addcmul(r[steps - 1], gmask[steps - 1], boot, out=out2[steps - 1])
+                for t in range(steps - 2, -1, -1):
+                    torch.addcmul(r[t], carry[t], out2[t + 1], out=out2[t])
+
+        return {"torch_loop": (loop, lambda: [out.numpy()]), "torch_vec": (vec, lambda: [out2.numpy()])}
+    if op == "normalize":
+        x, out = h["x"], torch.empty_like(h["x"])
+
+        def norm() -> None:
+            torch.div(x - x.mean(), x.std(correction=0) + EPS, out=out)
+
+        return {"torch": (norm, lambda: [out.numpy()])}
+    x, idx = h["x"], h["idx"]
+    out = torch.empty_like(x)
+    return {"torch": (lambda: torch.index_select(x, 0, idx, out=out), lambda: [out.numpy()])}
+
+
+def with_one_thread(cases: dict[str, Case]) -> dict[str, Case]:
+    """Each torch case as it is (torch's default threads) and on one thread ("@1t"): on a loaded
+    machine OpenMP's barriers wait for descheduled threads, and one thread can be the faster."""
+    import torch
+
+    if torch.get_num_threads() == 1:
+        return cases
+    out = dict(cases)
+    for name, (run, result) in cases.items():
+
+        def one(run: Callable[[], None] = run) -> None:
+            n = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                run()
+            finally:
+                torch.set_num_threads(n)
+
+        out[f"{name}@1t"] = (one, result)
+    return out
+
+
+# ---- jax --------------------------------------------------------------------------------------
+def jax_cases(op: str, a: dict[str, np.ndarray]) -> dict[str, Case]:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    d = {k: jax.device_put(v) for k, v in a.items()}
+    gl = np.float32(np.float32(GAMMA) * np.float32(LAM))
+    g = np.float32(GAMMA)
+    res: dict[str, Any] = {}
+    if op == "gae":
+
+        @jax.jit
+        def f(r, v, nv, te, tr):  # purejaxrl _calculate_gae, with terminated/truncated kept apart
+            def step(last, x):
+                r, v, nv, te, done = x
+                delta = r + g * nv * (1.0 - te) - v
+                last = delta + gl * (1.0 - done) * last
+                return last, last
+
+            xs = (r, v, nv, te.astype(r.dtype), (te | tr).astype(r.dtype))
+            _, adv = lax.scan(step, jnp.zeros_like(r[0]), xs, reverse=True)
+            return adv, adv + v
+
+        def run() -> None:
+            res["out"] = jax.block_until_ready(f(d["r"], d["v"], d["nv"], d["te"], d["tr"]))
+
+    elif op == "discounted_returns":
+
+        @jax.jit
+        def f(r, te, tr, boot):
+            def step(running, x):
+                r, te, tr = x
+                running = r + g * jnp.where(tr, 0.0, running) * (1.0 - te)
+                return running, running
+
+            # The carry starts at the bootstrap; the last step always uses it (truncated or not).
+            xs = (r, te.astype(r.dtype), tr.at[-1].set(False))
+            _, out = lax.scan(step, boot, xs, reverse=True)
+            return (out,)
+
+        def run() -> None:
+            res["out"] = jax.block_until_ready(f(d["r"], d["te"], d["tr"], d["boot"]))
+
+    elif op == "normalize":
+
+        @jax.jit
+        def f(x):
+            return ((x - x.mean()) / (x.std() + EPS),)
+
+        def run() -> None:
+            res["out"] = jax.block_until_ready(f(d["x"]))
+
+    else:
+
+        @jax.jit
+        def f(x, idx):
+            return (x.at[idx].get(mode="promise_in_bounds"),)
+
+        def run() -> None:
+            res["out"] = jax.block_until_ready(f(d["x"], d["idx"]))
+
+    return {"jax": (run, lambda: [np.asarray(x) for x in res["out"]])}
+
+
+# ---- portkern opencl ----------------------------------------------------------------------------
+def opencl_case(b: Any, op: str, a: dict[str, np.ndarray]) -> Case:
+    dv = {k: b.from_host(v) for k, v in a.items()}
+    if op == "gae":
+        outs = [b.zeros(a["r"].shape, np.float32) for _ in range(2)]
+        call = lambda: b.gae(dv["r"], dv["v"], dv["nv"], dv["te"], dv["tr"], *outs, GAMMA, LAM)
+    elif op == "discounted_returns":
+        outs = [b.zeros(a["r"].shape, np.float32)]
+        call = lambda: b.discounted_returns(dv["r"], dv["te"], dv["tr"], dv["boot"], outs[0], GAMMA)
+    elif op == "normalize":
+        outs = [b.zeros(a["x"].shape, np.float32)]
+        call = lambda: b.normalize(dv["x"], outs[0], EPS)
+    else:
+        outs = [b.zeros(a["x"].shape, np.float32)]
+        call = lambda: b.gather(dv["x"], dv["idx"], outs[0])
+
+    def run() -> None:
+        call()
+        b.synchronize()
+
+    return run, lambda: [b.to_host(o) for o in outs]
+
+
+def with_knobs(b: Any, knobs: dict[str, int], run: Callable[[], None]) -> Callable[[], None]:
+    """run() with ``knobs`` set on the backend for its duration (the backend is shared by cases)."""
+
+    def go() -> None:
+        saved = {k: getattr(b, k) for k in knobs}
+        for k, v in knobs.items():
+            setattr(b, k, v)
+        try:
+            run()
+        finally:
+            for k, v in saved.items():
+                setattr(b, k, v)
+
+    return go
+
+
+def opencl_devices(wanted: list[str] | None) -> list[str]:
+    """Substrings naming every OpenCL CPU device (simulators excluded), or the ones asked for."""
+    if wanted:
+        return wanted
+    import pyopencl as cl
+
+    found = []
+    for p in cl.get_platforms():
+        if "oclgrind" in p.name.lower():
+            continue
+        for d in p.get_devices():
+            if d.type & cl.device_type.CPU:
+                found.append(p.name.strip())
+    return found
+
+
+def short(platform: str) -> str:
+    """A case name for an OpenCL platform: pocl, intel, or its first word."""
+    low = platform.lower()
+    if "portable computing language" in low or "pocl" in low:
+        return "pocl"
+    return "intel" if low.startswith("intel") else "".join(c for c in low.split()[0] if c.isalnum())
+
+
+# ---- timing -----------------------------------------------------------------------------------
+def rounds(cases: dict[str, Callable[[], None]], repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and process-CPU seconds of each case per round; the order rotates each round, so that
+    neither load drift on the shared machine nor cache state left by a neighbour favours one case."""
+    names = list(cases)
+    out = {n: {"wall": [], "cpu": []} for n in names}
+    for i in range(repeats):
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            gc.collect()
+            w, c = time.perf_counter(), time.process_time()
+            cases[n]()
+            out[n]["cpu"].append(time.process_time() - c)
+            out[n]["wall"].append(time.perf_counter() - w)
+    return out
+
+
+def rates(count: int, secs: list[float]) -> dict[str, float]:
+    r = sorted(count / s for s in secs)
+    return {"median": statistics.median(r), "min": r[0], "max": r[-1]}
+
+
+def check(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> str:
+    for g, w in zip(got, want):
+        if g.shape != w.shape or not np.allclose(g, w, rtol=RTOL, atol=ATOL):
+            err = float(np.max(np.abs(g.astype(np.float64) - w))) if g.shape == w.shape else float("nan")
+            raise AssertionError(f"{name}: differs from the reference (max abs error {err:.3g})")
+    exact = all(np.array_equal(g, w) for g, w in zip(got, want))
+    return "exact" if exact else f"within rtol {RTOL:g}, atol {ATOL:g}"
+
+
+def sweep(b: Any, op: str, run: Callable[[], None], a: dict[str, np.ndarray],
+          repeats: int) -> tuple[dict[str, int], list[dict]]:  # fmt: skip
+    """The layout knobs of ``op`` on backend ``b``: the candidate with the best median wall rate."""
+    cands = {str(k): with_knobs(b, k, run) for k in SWEEP[op]}
+    t = rounds(cands, repeats)
+    n = items(op, a)
+    table = [
+        {"knobs": k, "wall": rates(n, t[str(k)]["wall"]), "cpu": rates(n, t[str(k)]["cpu"])}
+        for k in SWEEP[op]
+    ]
+    best = max(table, key=lambda row: row["wall"]["median"])
+    return best["knobs"], table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="128x65536,128x262144", help="comma-separated TxN buffer shapes")
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--repeats", type=int, default=9, help="interleaved timed rounds per (op, size)")
+    ap.add_argument("--sweep-repeats", type=int, default=5, help="rounds of the knob sweep per device")
+    ap.add_argument(
+        "--devices", default=None, help="comma-separated OpenCL device substrings (default: every CPU device)"
+    )
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "buffer_peers.json"))
+    args = ap.parse_args()
+    sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes.split(",")]
+    devices = opencl_devices(args.devices.split(",") if args.devices else None)
+    backends = {f"opencl:{short(d)}": get_backend("opencl", d) for d in devices}
+    versions: dict[str, str] = {}
+    if not args.no_torch:
+        import torch
+
+        versions["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
+    if not args.no_jax:
+        import jax
+
+        versions["jax"] = f"{jax.__version__} ({jax.devices()[0].platform})"
+    load = {"start": os.getloadavg()}
+    results = []
+    console = Console(width=200)
+    for op in args.ops.split(","):
+        for t, n in sizes:
+            a = inputs(op, t, n)
+            want = reference(op, a)
+            count = items(op, a)
+            cases: dict[str, Case] = dict(numpy_cases(op, a))
+            if not args.no_torch:
+                cases.update(with_one_thread(torch_cases(op, a)))
+            if not args.no_jax:
+                cases.update(jax_cases(op, a))
+            chosen, sweeps = {}, {}
+            for name, b in backends.items():
+                run, result = opencl_case(b, op, a)
+                knobs, sweeps[name] = sweep(b, op, run, a, args.sweep_repeats)
+                chosen[name] = knobs
+                cases[name] = (with_knobs(b, knobs, run), result)
+            agreement = {}
+            for name, (run, result) in cases.items():
+                run()
+                agreement[name] = check(name, result(), want)
+            timed = rounds({k: v[0] for k, v in cases.items()}, args.repeats)
+            row = {
+                "op": op, "shape": [t, n], "items": count, "unit": "rows" if op == "gather" else "elements",
+                "items_per_s_wall": {k: rates(count, v["wall"]) for k, v in timed.items()},
+                "items_per_s_cpu": {k: rates(count, v["cpu"]) for k, v in timed.items()},
+                "seconds": timed, "check": agreement, "opencl_knobs": chosen, "opencl_sweep": sweeps,
+            }  # fmt: skip
+            row["verdict"] = verdict(row)
+            results.append(row)
+            console.print(f"{op} {t}x{n}: " + ", ".join(
+                f"{k} {v['median']:.3g}" for k, v in row["items_per_s_wall"].items()))  # fmt: skip
+            del cases, a, want
+            gc.collect()
+    load["end"] = os.getloadavg()
+    payload = {
+        "benchmark": "rollout-buffer ops: portkern opencl (every CPU driver) and numpy vs PyTorch and JAX",
+        "machine": dict(machine_info(list(backends.values())), peers=versions, loadavg=load),
+        "settings": {
+            "gamma": GAMMA,
+            "lam": LAM,
+            "eps": EPS,
+            "repeats": args.repeats,
+            "sweep_repeats": args.sweep_repeats,
+            "gather_row_len": FEATURES,
+            "dtype": "float32",
+            "flags": "bool inputs; peers convert them inside the timed call",
+            "sweep": {op: SWEEP[op] for op in OPS},
+        },
+        "results": results,
+    }
+    path = write_json(args.out, payload)
+    print_table(console, results, path)
+
+
+def verdict(row: dict) -> dict[str, Any]:
+    """Per OpenCL case and time basis: the fastest peer (by median), the ratio of medians, and the
+    min-max of the per-round ratios (the two ran in the same round, back to back, so load drift
+    cancels). "above" / "below": every round's ratio is over / under 1; "within noise" otherwise
+    (DESIGN.md: a ratio whose interval straddles 1 is never a winner)."""
+    out: dict[str, Any] = {}
+    for basis in ("wall", "cpu"):
+        r = row[f"items_per_s_{basis}"]
+        secs = {k: v[basis] for k, v in row["seconds"].items()}
+        peers = [k for k in r if not k.startswith("opencl:")]
+        best = max(peers, key=lambda k: r[k]["median"])
+        for name in r:
+            if not name.startswith("opencl:"):
+                continue
+            per_round = sorted(
+                p / o for o, p in zip(secs[name], secs[best])
+            )  # rate ratio = time ratio inverted
+            lo, hi = per_round[0], per_round[-1]
+            out.setdefault(name, {})[basis] = {
+                "fastest_peer": best, "ratio_of_medians": r[name]["median"] / r[best]["median"],
+                "per_round_ratio": {"median": statistics.median(per_round), "min": lo, "max": hi},
+                "result": "above" if lo > 1 else "below" if hi < 1 else "within noise",
+            }  # fmt: skip
+    return out
+
+
+def print_table(console: Console, results: list[dict], path: Any) -> None:
+    for basis in ("wall", "cpu"):
+        tab = Table(title=f"items/s over {basis} time: median [min-max] of interleaved rounds")
+        names = sorted(
+            {k for r in results for k in r[f"items_per_s_{basis}"]}, key=lambda k: (k.startswith("opencl"), k)
+        )
+        tab.add_column("op")
+        tab.add_column("T x N")
+        for n in names:
+            tab.add_column(n, justify="right")
+        tab.add_column("opencl / fastest peer: ratio of medians [per-round min-max]", justify="right")
+        for r in results:
+            cells = []
+            for n in names:
+                v = r[f"items_per_s_{basis}"].get(n)
+                cells.append(f"{v['median']:.3g} [{v['min']:.2g}-{v['max']:.2g}]" if v else "-")
+            ver = "; ".join(
+                f"{k.split(':')[1]} {v[basis]['ratio_of_medians']:.2f}x "
+                f"[{v[basis]['per_round_ratio']['min']:.2f}-{v[basis]['per_round_ratio']['max']:.2f}] "
+                f"vs {v[basis]['fastest_peer']} ({v[basis]['result']})" for k, v in r["verdict"].items()
+            )  # fmt: skip
+            tab.add_row(r["op"], f"{r['shape'][0]}x{r['shape'][1]}", *cells, ver)
+        console.print(tab)
+    for r in results:
+        console.print(f"{r['op']} {r['shape'][0]}x{r['shape'][1]} knobs: {r['opencl_knobs']}")
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

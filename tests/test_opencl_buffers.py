@@ -1,0 +1,247 @@
+"""The OpenCL buffer ops in every layout their knobs select (what ``portkern tune`` sweeps) on every
+OpenCL CPU driver: gae, discounted returns and gather bit for bit against the reference, normalize
+within the parity tolerance; bad knob values rejected by name; every layout clean under Oclgrind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from portkern import buffer
+from portkern.backends import get_backend, probe
+from portkern.backends import numpy as npb
+
+#: (scan_vector_width, scan_vectors_per_item): the GPU shape, partial and whole blocks, each width.
+SCAN_LAYOUTS = [(1, 1), (2, 3), (4, 1), (8, 4), (16, 2), (8, 128)]
+#: (reduce_chunk, reduce_vector_width): the GPU shape, chunks shorter than a vector step, longer ones.
+NORM_LAYOUTS = [(0, 1), (1, 8), (7, 4), (100, 16), (4096, 8), (4096, 1)]
+#: (gather_rows_per_item, gather_vector_width).
+GATHER_LAYOUTS = [(0, 1), (1, 1), (3, 2), (16, 4), (5, 16)]
+TOL = {"float32": 1e-5, "float64": 1e-12}
+
+
+def _devices() -> list:
+    p = probe("opencl")
+    if not p.available:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"opencl: {p.reason}"), id="opencl")]
+    platforms = []
+    for label in p.devices:
+        platform = label.split(": ", 1)[0]
+        if "oclgrind" not in platform.lower() and platform not in platforms:
+            platforms.append(platform)
+    return [pytest.param(pl, id=pl.split()[0].lower()) for pl in platforms]
+
+
+@pytest.fixture(params=_devices())
+def ocl(request):
+    b = get_backend("opencl", request.param)
+    knobs = ("scan_vector_width", "scan_vectors_per_item", "reduce_chunk", "reduce_vector_width",
+             "gather_rows_per_item", "gather_vector_width")  # fmt: skip
+    saved = {k: getattr(b, k) for k in knobs}
+    yield b
+    for k, v in saved.items():  # the instance is shared (registry): leave its knobs as found
+        setattr(b, k, v)
+
+
+def _rollout(shape, dtype, rng, specials=False):
+    r, v, nv = (rng.standard_normal(shape).astype(dtype) for _ in range(3))
+    if specials:  # NaN and inf propagate exactly as in the reference (masks multiply, never branch)
+        r.flat[:: max(1, r.size // 5)] = np.inf
+        nv.flat[1 :: max(1, nv.size // 3)] = np.nan
+    return r, v, nv, rng.random(shape) < 0.1, rng.random(shape) < 0.05
+
+
+def _dtypes(b):
+    return ["float32", "float64"] if b.supports_float64 else ["float32"]
+
+
+@pytest.mark.parametrize("layout", SCAN_LAYOUTS, ids=lambda x: f"vw{x[0]}xnv{x[1]}")
+@pytest.mark.parametrize("shape", [(1, 1), (7, 1037), (33, 64), (4, 2050)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_gae_every_layout_is_bit_identical_to_the_reference(ocl, layout, shape, rng):
+    ocl.scan_vector_width, ocl.scan_vectors_per_item = layout
+    for dtype in _dtypes(ocl):
+        for specials in (False, True):
+            host = _rollout(shape, dtype, rng, specials)
+            want = npb.gae(*host, 0.99, 0.95)
+            got = buffer.gae(*host, gamma=0.99, lam=0.95, backend=ocl)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(ocl.to_host(g), w)
+
+
+@pytest.mark.parametrize("layout", SCAN_LAYOUTS, ids=lambda x: f"vw{x[0]}xnv{x[1]}")
+@pytest.mark.parametrize("per_step", [False, True], ids=["bootstrap-N", "bootstrap-TN"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 1037), (33, 64), (4, 2050)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_discounted_returns_every_layout_is_bit_identical_to_the_reference(ocl, layout, per_step, shape, rng):
+    ocl.scan_vector_width, ocl.scan_vectors_per_item = layout
+    for dtype in _dtypes(ocl):
+        for specials in (False, True):
+            r, _, nv, term, trunc = _rollout(shape, dtype, rng, specials)
+            boot = nv if per_step else nv[-1].copy()
+            want = npb.discounted_returns(r, term, trunc, boot, 0.97)
+            got = buffer.discounted_returns(r, term, trunc, boot, gamma=0.97, backend=ocl)
+            np.testing.assert_array_equal(ocl.to_host(got), want)
+
+
+@pytest.mark.parametrize("layout", NORM_LAYOUTS, ids=lambda x: f"chunk{x[0]}xvw{x[1]}")
+@pytest.mark.parametrize("size", [1, 255, 257, 4097, 100_003])
+def test_normalize_every_layout_matches_the_reference(ocl, layout, size, rng):
+    ocl.reduce_chunk, ocl.reduce_vector_width = layout
+    for dtype in _dtypes(ocl):
+        for offset in (5.0, 1000.0):  # a mean far from 0 in float32: the reduction must not cancel
+            x = (rng.standard_normal(size) * 3 + offset).astype(dtype)
+            want = npb.normalize(x, 1e-8)
+            got = ocl.to_host(buffer.normalize(x, backend=ocl))
+            # The mean itself is rounded to dtype (in the reference too): one ulp of it, over std 3.
+            atol = TOL[dtype] + 2 * float(np.spacing(np.dtype(dtype).type(offset))) / 3
+            np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=atol)
+
+
+def test_normalize_chunk_layout_of_a_constant_is_zero_not_nan(ocl):
+    ocl.reduce_chunk, ocl.reduce_vector_width = 64, 8
+    out = ocl.to_host(buffer.normalize(np.full(1000, 3.5, np.float32), backend=ocl))
+    np.testing.assert_array_equal(out, np.zeros(1000, np.float32))
+
+
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=lambda x: f"rows{x[0]}xvw{x[1]}")
+@pytest.mark.parametrize(
+    "row", [(), (3,), (4,), (5,), (17,), (2, 3), (70,)], ids=lambda r: "x".join(map(str, r)) or "scalar"
+)
+def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
+    ocl.gather_rows_per_item, ocl.gather_vector_width = layout
+    for dtype in ("float32", "float64"):  # gather copies bits: float64 needs no cl_khr_fp64
+        x = rng.standard_normal((300, *row)).astype(dtype)
+        for idt in (np.int32, np.int64):
+            idx = np.concatenate([rng.permutation(300)[:76], [299]]).astype(idt)
+            got = ocl.to_host(buffer.gather(x, idx, backend=ocl))
+            np.testing.assert_array_equal(got, x[idx])
+
+
+@pytest.mark.parametrize(
+    "knob, value",
+    [("scan_vector_width", 3), ("scan_vector_width", True), ("scan_vectors_per_item", 0),
+     ("scan_vectors_per_item", 2.0), ("reduce_chunk", -1), ("reduce_vector_width", 32),
+     ("gather_rows_per_item", None), ("gather_vector_width", 0)],
+)  # fmt: skip
+def test_bad_layout_knob_is_rejected_by_name(ocl, knob, value):
+    setattr(ocl, knob, value)
+    op = {"scan": "gae", "reduce": "normalize", "gather": "gather"}[knob.split("_")[0]]
+    with pytest.raises(ValueError, match=knob):
+        _run(ocl, op)
+
+
+def test_scan_block_over_8192_envs_is_rejected(ocl):
+    ocl.scan_vector_width, ocl.scan_vectors_per_item = 16, 1024
+    with pytest.raises(ValueError, match="scan_vectors_per_item"):
+        _run(ocl, "gae")
+
+
+def _run(b, op):
+    rng = np.random.default_rng(0)
+    if op == "gae":
+        return buffer.gae(*_rollout((3, 40), "float32", rng), gamma=0.9, lam=0.9, backend=b)
+    if op == "normalize":
+        return buffer.normalize(np.ones(40, np.float32), backend=b)
+    return buffer.gather(np.ones((40, 4), np.float32), np.arange(4), backend=b)
+
+
+def test_layout_knobs_default_to_the_tuned_entry_else_the_gpu_shape(ocl, monkeypatch):
+    from portkern import tuning
+
+    for k in ("scan_vector_width", "scan_vectors_per_item", "reduce_chunk", "gather_rows_per_item"):
+        setattr(ocl, k, tuning.TUNED)
+    d = ocl.tuned_defaults
+    monkeypatch.setattr(d, "sources", [])
+    monkeypatch.setattr(d, "_memo", {})
+    assert (
+        ocl._buffer_knob("gae", "scan_vector_width"),
+        ocl._buffer_knob("gae", "scan_vectors_per_item"),
+    ) == (1, 1)
+    assert ocl._buffer_knob("normalize", "reduce_chunk") == 0
+    assert ocl._buffer_knob("gather", "gather_rows_per_item") == 0
+    entry = {"kernels": {"gae": {"scan_vector_width": 8, "scan_vectors_per_item": 32}}}
+    monkeypatch.setattr(d, "sources", [("cache", entry)])
+    monkeypatch.setattr(d, "_memo", {})
+    assert ocl._buffer_knob("gae", "scan_vector_width") == 8
+    assert ocl._buffer_knob("gae", "scan_vectors_per_item") == 32
+    assert ocl._buffer_knob("discounted_returns", "scan_vectors_per_item") == 1  # per op
+
+
+# ---- Oclgrind: every layout above, tiny sizes, in a subprocess on the simulator -----------------
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def test_every_layout_runs_clean_under_oclgrind(tmp_path: Path) -> None:
+    from tests.test_oclgrind import _CHECKS, INSTALL, _api_errors, _oclgrind_platform
+
+    if os.environ.get("PORTKERN_SKIP_OCLGRIND") == "1":
+        pytest.skip("PORTKERN_SKIP_OCLGRIND=1")
+    cmd = [sys.executable, str(Path(__file__).resolve())]
+    if not _oclgrind_platform():
+        pytest.fail(f"Oclgrind is not installed: {INSTALL} (or set PORTKERN_SKIP_OCLGRIND=1)")
+    log = tmp_path / "oclgrind.log"
+    env = {**os.environ, **_CHECKS, "OCLGRIND_LOG": str(log), "PORTKERN_DEVICE": "oclgrind"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    report = log.read_text() if log.exists() else ""
+    assert report.strip() == "", f"Oclgrind reported kernel errors:\n{report}"
+    api = _api_errors(proc.stderr)
+    assert not api, "Oclgrind reported API errors:\n" + "\n\n".join(api)
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    assert "ran every layout" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _drive() -> None:
+    from portkern.backends.opencl import OpenCLBackend
+
+    be = OpenCLBackend(os.environ["PORTKERN_DEVICE"])
+    assert "oclgrind" in be.device_name.lower(), be.device_name
+    keep: list[object] = []
+
+    def dev(a: np.ndarray) -> object:
+        # Uploaded arrays only, kept alive to the end: see tests/test_oclgrind.py (Oclgrind 21.10
+        # misreads filled and reused buffers as uninitialised).
+        keep.append(be.from_host(a))
+        return keep[-1]
+
+    be.zeros = lambda shape, dtype: dev(np.zeros(shape, dtype))
+    be.reduce_wg = 16  # the simulator interprets every work-item: keep reductions small
+    rng = np.random.default_rng(0)
+    t, n = 3, 37  # a whole block and a partial one for the wider layouts
+    for dt in (np.float32, np.float64):
+        r, v, nv = (rng.standard_normal((t, n)).astype(dt) for _ in range(3))
+        te, tr = rng.random((t, n)) < 0.3, rng.random((t, n)) < 0.3
+        args = [dev(a) for a in (r, v, nv, te, tr)]
+        for vw, nvec in ((2, 3), (4, 1), (8, 4), (16, 2)):
+            be.scan_vector_width, be.scan_vectors_per_item = vw, nvec
+            adv, ret, out = (dev(np.zeros((t, n), dt)) for _ in range(3))
+            be.gae(*args, adv, ret, 0.99, 0.95)
+            assert np.array_equal(be.to_host(adv), npb.gae(r, v, nv, te, tr, 0.99, 0.95)[0]), (vw, nvec)
+            for boot in (nv[-1].copy(), nv):
+                be.discounted_returns(args[0], args[3], args[4], dev(boot), out, 0.99)
+                assert np.array_equal(be.to_host(out), npb.discounted_returns(r, te, tr, boot, 0.99))
+        x = rng.standard_normal(300).astype(dt)
+        for chunk, vw in ((7, 4), (64, 16), (5, 1)):
+            be.reduce_chunk, be.reduce_vector_width = chunk, vw
+            y = dev(np.zeros(300, dt))
+            be.normalize(dev(x), y, 1e-8)
+            assert np.allclose(be.to_host(y), npb.normalize(x, 1e-8), rtol=1e-5, atol=1e-6), (chunk, vw)
+        for row in ((4,), (3,), (70,)):
+            rows = rng.standard_normal((7, *row)).astype(dt)
+            for rpi, vw in ((1, 1), (3, 2), (16, 4)):
+                be.gather_rows_per_item, be.gather_vector_width = rpi, vw
+                for idt in (np.int64, np.int32):
+                    idx = np.array([6, 0, 3, 3, 5], dtype=idt)
+                    got = dev(np.zeros((5, *row), dt))
+                    be.gather(dev(rows), dev(idx), got)
+                    assert np.array_equal(be.to_host(got), rows[idx]), (row, rpi, vw)
+    be.synchronize()
+    print("ran every layout")
+
+
+if __name__ == "__main__":
+    _drive()
