@@ -282,7 +282,9 @@ def _check(config: pytest.Config, case: Case, shared: dict[tuple[Any, ...], suit
         return Outcome({"status": "unsupported", "reason": str(exc)})
     default = suite.current_config(kernel, b, steps=steps)
     with suite.applied(b, case.config):
+        # The values that run (a tuned default resolved, never its sentinel) and where each came from.
         rec["config"] = suite.current_config(kernel, b, case.config, steps)
+        rec["config_origin"] = suite.config_origin(kernel, b, case.config, steps)
         prep = None
         try:
             prep = _prepared(b, case, shared)

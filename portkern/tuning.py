@@ -24,6 +24,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -83,16 +84,38 @@ def cache_path() -> Path:
     return Path(base) / "portkern" / "tuned-defaults.json"
 
 
-def _read_json(path: Path, schema: str) -> dict[str, Any]:
+_DELETE_IT = "delete it (the next portkern tune writes a new one)"
+
+
+def _read_json(path: Path, schema: str, fix: str = _DELETE_IT) -> dict[str, Any]:
+    """The file's contents, {} when there is none; a ValueError naming the file, and ending in
+    ``fix``, when it is not a ``schema`` file (the cache: ``devices`` mapping identity keys to
+    entries whose kernels and families map to configurations)."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable {schema} file ({exc}); delete it or run portkern tune again") from None
+        raise ValueError(f"{path}: not a readable {schema} file ({exc}); {fix}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a {schema} file (a JSON {type(data).__name__}, not an object); {fix}")
     if data.get("schema") != schema:
-        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {schema!r}; delete it or run portkern tune again")
+        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {schema!r}; {fix}")
+    problem = _cache_problem(data.get("devices")) if schema == CACHE_SCHEMA else ""
+    if problem:
+        raise ValueError(f"{path}: a malformed {schema} file ({problem}); {fix}")
     return data
+
+
+def _cache_problem(devices: Any) -> str:
+    """What is wrong with a cache's ``devices`` ("" for nothing): entries are read at every launch."""
+    if not isinstance(devices, dict):
+        return "'devices' is not a mapping"
+    for key, entry in devices.items():
+        sections = [entry.get(s, {}) for s in ("kernels", "families")] if isinstance(entry, dict) else [None]
+        if not all(isinstance(sec, dict) and all(isinstance(c, dict) for c in sec.values()) for sec in sections):
+            return f"devices[{key!r}] is not a mapping of kernels and families to configurations"
+    return ""
 
 
 @lru_cache(maxsize=1)
@@ -137,8 +160,9 @@ class Defaults:
         self.problems: list[str] = []
         try:
             entry = _cache_entry(identity)
-        except ValueError as exc:  # a broken cache must not take the backend down: said in origin()
+        except ValueError as exc:  # a broken cache must not take the backend down: warned, and said in origin()
             entry, self.problems = None, [str(exc)]
+            warnings.warn(f"tuned defaults: {exc}. Meanwhile the shipped table applies", RuntimeWarning, stacklevel=3)
         if entry:
             self.sources.append(("cache", entry))
         row = table_row(identity)
@@ -245,20 +269,38 @@ def device_entries(run_path: str | Path) -> list[tuple[Identity, dict[str, Any]]
             continue
         recs = [r for r in run.records
                 if r.device_key == d["device_key"] and r.backend == d["backend"] and r.kernel != "copy"]  # fmt: skip
-        if len({r.config_key for r in recs}) < 2:
-            continue  # not searched on this device: nothing tuned
+        configs: dict[str, set[str]] = {}
+        for r in recs:
+            configs.setdefault(r.kernel, set()).add(r.config_key)
+        if not any(len(c) > 1 for c in configs.values()):
+            continue  # no kernel searched on this device (a bench run: its defaults only): nothing tuned
         ident = Identity(str(d["backend"]), str(d.get("platform", "")), str(d.get("device", "")).split(": ", 1)[-1],
                          str(d.get("driver", "")), str(d.get("kind", "")))  # fmt: skip
         out.append((ident, entries_from_records(recs)))
     return out
 
 
-def write_cache(run_path: str | Path, path: Path | None = None) -> list[str]:
-    """Add a tune run's best configurations to the per-machine cache; returns the identities written."""
-    path = path or cache_path()
-    data = _read_json(path, CACHE_SCHEMA) or {"schema": CACHE_SCHEMA, "devices": {}}
+def write_cache(run_path: str | Path, path: str | Path | None = None) -> list[str]:
+    """Add a tune run's best configurations to the per-machine cache (default :func:`cache_path`);
+    returns the identities written, [] (and the cache untouched) when the run tuned no device.
+
+    A cache that cannot be read (corrupt, another schema) is moved aside to ``<name>.unreadable``
+    with a warning and a new one is written: the run's measurements must not be lost to it.
+    """
+    path = Path(path) if path is not None else cache_path()
+    found = device_entries(run_path)  # the run is checked before the cache is touched
+    if not found:
+        return []
+    kept = path.with_name(path.name + ".unreadable")
+    try:
+        data = _read_json(path, CACHE_SCHEMA, f"moved to {kept}, and a new cache written")
+        data = data or {"schema": CACHE_SCHEMA, "devices": {}}
+    except ValueError as exc:
+        path.replace(kept)
+        warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        data = {"schema": CACHE_SCHEMA, "devices": {}}
     written = []
-    for ident, entries in device_entries(run_path):
+    for ident, entries in found:
         data["devices"][ident.key] = {
             "backend": ident.backend, "platform": ident.platform, "device": ident.device,
             "driver": ident.driver, "kind": ident.kind, "run": str(Path(run_path).resolve()),
@@ -268,7 +310,7 @@ def write_cache(run_path: str | Path, path: Path | None = None) -> list[str]:
         }  # fmt: skip
         written.append(ident.key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     tmp.replace(path)
     return written

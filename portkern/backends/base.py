@@ -11,6 +11,7 @@ import numpy as np
 from .._kernels import source_hash
 from .._validate import dtype_of
 from ..envs.base import EnvSpec
+from ..tuning import Resolved
 
 #: autoreset modes as passed to kernels (``autoreset_mode`` argument).
 AUTORESET_MODES = {"same_step": 0, "next_step": 1}
@@ -137,6 +138,16 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, str]:
         """Device and library versions for benchmark metadata."""
         return {"backend": self.name, "device": self.device_name}
+
+    def knob_in_force(self, knob: str, kernel: str) -> Resolved:
+        """Value of tuning-knob attribute ``knob`` in the launches of benchmark kernel ``kernel``
+        (``step:<env>``, ``rollout:<env>:<path>[:mlp]``, a buffer op), and where it came from.
+
+        Here the attribute itself (source "attribute"). A backend whose knobs default to
+        :data:`portkern.tuning.TUNED` resolves that the way its launches do (source "cache",
+        "table <row>" or "fallback"), so a benchmark records the values that ran, not the sentinel.
+        """
+        return Resolved(getattr(self, knob), "attribute", "")
 
     def describe_verbose(self) -> dict[str, str]:
         """describe() plus what ``portkern devices --verbose`` shows (how the driver was found, compiler output)."""

@@ -62,6 +62,10 @@ _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 #: drivers do not vectorise sin/cos or the autoreset branches across work-items by themselves.
 #: reduce_wg: the largest power of two up to 256 the device runs.
 _FALLBACK_CPU_VW = 16
+#: Layout knobs of the buffer ops without a tuned entry: the GPU shape, i.e. the original kernels (one
+#: element or env per work-item). Never chosen by device type: a CPU gets its layout from tuning.
+_GPU_SHAPE = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk": 0, "reduce_vector_width": 1,
+              "gather_rows_per_item": 0, "gather_vector_width": 1}  # fmt: skip
 
 
 class KernelBuildError(RuntimeError):
@@ -330,6 +334,40 @@ class OpenCLBackend(Backend):
         if isinstance(value, str) and value == tuning.TUNED:
             return self.tuned_defaults.resolve(knob, family, kernel).value
         return value
+
+    def knob_in_force(self, knob: str, kernel: str) -> tuning.Resolved:
+        """The knob's value in the launches of benchmark kernel ``kernel``, and its source: the
+        attribute when set, else the tuned entry those launches read (see _knob_entry)."""
+        value = self._reduce_wg if knob == "reduce_wg" else getattr(self, knob)
+        if not (isinstance(value, str) and value == tuning.TUNED):
+            return tuning.Resolved(value, "attribute", "")
+        entry, family = self._knob_entry(knob, kernel)
+        try:
+            return self.tuned_defaults.resolve(knob, family, entry)
+        except KeyError:
+            if knob not in _GPU_SHAPE:
+                raise
+            return tuning.Resolved(_GPU_SHAPE[knob], "fallback", "")  # _buffer_knob's GPU shape
+
+    def _knob_entry(self, knob: str, kernel: str) -> tuple[str | None, str]:
+        """(kernel, family) of the tuned entry that the launches of benchmark kernel ``kernel`` read
+        for ``knob``, as env_step, env_rollout, _ranges and _buffer_knob ask tuned_defaults.
+
+        A host-path rollout launches the env's step kernel every step (``step:<env>``); device and
+        fused rollouts launch the fused kernel (``rollout:<env>:fused[:mlp]``, family "fused"),
+        whose local size is the family's (_launch_key); a buffer op reads its own name.
+        """
+        parts = kernel.split(":")
+        if parts[0] not in ("step", "rollout"):
+            return kernel, kernel
+        if len(parts) < (3 if parts[0] == "rollout" else 2) or parts[1] not in ENVS:
+            raise ValueError(f"kernel: expected step:<env>, rollout:<env>:<path>[:mlp] or a buffer op, got {kernel!r}")
+        spec = ENVS[parts[1]]
+        if parts[0] == "rollout" and parts[2] != "host":
+            if knob == "local_size":
+                return self._launch_key(f"pk_{spec.kernel}_rollout")
+            return ":".join(("rollout", spec.id, "fused", *parts[3:])), "fused"
+        return f"step:{spec.id}", "step"
 
     def synchronize(self) -> None:
         self.queue.finish()
@@ -612,12 +650,8 @@ class OpenCLBackend(Backend):
         if isinstance(v, str) and v == tuning.TUNED:
             try:
                 v = self.tuned_defaults.resolve(name, op, op).value
-            except KeyError:
-                # No tuned entry: the GPU shape, i.e. the original kernels (one element or env per
-                # work-item). Never chosen by device type: a CPU gets its layout from tuning.
-                gpu_shape = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk": 0,
-                             "reduce_vector_width": 1, "gather_rows_per_item": 0, "gather_vector_width": 1}  # fmt: skip
-                v = gpu_shape[name]
+            except KeyError:  # no tuned entry: the GPU shape
+                v = _GPU_SHAPE[name]
         if name.endswith("vector_width"):
             if isinstance(v, bool) or v not in _VECTOR_WIDTHS:
                 raise ValueError(f"{name}: expected {tuning.TUNED!r}, 1, 2, 4, 8 or 16, got {v!r}")

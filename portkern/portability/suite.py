@@ -282,11 +282,40 @@ def knobs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> dict[str, tuple[An
     return out
 
 
+def resolved_config(kernel: str, b: Backend, config: dict[str, Any] | None = None,
+                    steps: int = ROLLOUT_T) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    """knob -> (value, origin) of the knobs a case runs with.
+
+    Origins: "config" (set by the case's ``config``: a point of a tune search), "T" (a case knob
+    left at the rollout's T), and for the backend's own values ``Backend.knob_in_force``:
+    "attribute", or where a tuned default came from ("cache", "table <row>", "fallback", with the
+    kernel or family entry in parentheses). The values are what runs, never a sentinel.
+    """
+    config = config or {}
+    out: dict[str, tuple[Any, str]] = {}
+    for k in knobs(kernel, b, steps):
+        if k in config:
+            out[k] = (config[k], "config")
+        elif k in CASE_KNOBS:
+            out[k] = (steps, "T")
+        else:
+            r = b.knob_in_force(k, kernel)
+            out[k] = (r.value, f"{r.source} ({r.entry})" if r.entry else r.source)
+    return out
+
+
 def current_config(kernel: str, b: Backend, config: dict[str, Any] | None = None,
                    steps: int = ROLLOUT_T) -> dict[str, Any]:  # fmt: skip
-    """Knob values a case runs with: the backend's attributes, and case knobs from ``config`` (default: T)."""
-    config = config or {}
-    return {k: config.get(k, steps) if k in CASE_KNOBS else getattr(b, k) for k in knobs(kernel, b, steps)}
+    """Knob values a case runs with: ``config``'s, else the backend's values in force for ``kernel``
+    (a tuned default resolved, not its sentinel), case knobs at T. The default case of a kernel is
+    the one without a ``config``: :func:`config_origin` has no "config" in it."""
+    return {k: v for k, (v, _) in resolved_config(kernel, b, config, steps).items()}
+
+
+def config_origin(kernel: str, b: Backend, config: dict[str, Any] | None = None,
+                  steps: int = ROLLOUT_T) -> dict[str, str]:  # fmt: skip
+    """knob -> where the value :func:`current_config` records came from (see :func:`resolved_config`)."""
+    return {k: origin for k, (_, origin) in resolved_config(kernel, b, config, steps).items()}
 
 
 def all_configs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> list[dict[str, Any]]:
