@@ -122,6 +122,18 @@ def test_a_knob_set_by_hand_wins_and_tuned_goes_back(isolated):
         _vw(be, "step:CartPole-v1", "step")
 
 
+def test_a_case_config_is_undone_to_the_setting_not_the_value_it_read_as(isolated):
+    """suite.applied sets knobs for one case and puts back what was set: TUNED stays TUNED (reduce_wg reads
+    as the resolved integer, and restoring that integer would pin it and change its origin)."""
+    be = OpenCLBackend(_any_cpu())
+    before = {k: be.knob_setting(k) for k in ("reduce_wg", "env_vector_width", "local_size")}
+    assert before["reduce_wg"] == tuning.TUNED and isinstance(be.reduce_wg, int)
+    with suite.applied(be, {"reduce_wg": 64, "env_vector_width": 4, "local_size": 32}):
+        assert (be.reduce_wg, be.env_vector_width, be.local_size) == (64, 4, 32)
+    assert {k: be.knob_setting(k) for k in before} == before
+    assert be.knob_in_force("reduce_wg", "normalize").source != "attribute"
+
+
 def test_each_launch_takes_its_own_kernels_default(isolated):
     # Step, fused rollout and MLP read their own entries, and the results do not depend on them.
     be = OpenCLBackend(_any_cpu())
@@ -237,7 +249,7 @@ _FAMILIES = {"step": {"env_vector_width": 1, "local_size": 32}, "rollout": {"env
              "gae": {"local_size": 128, "scan_vector_width": 4, "scan_vectors_per_item": 2},
              "normalize": {"reduce_wg": 32, "local_size": 16, "reduce_chunk": 256, "reduce_vector_width": 4},
              "gather": {"local_size": 8, "gather_rows_per_item": 4, "gather_vector_width": 2}}  # fmt: skip
-#: As a tune run writes them: the host and device rollouts' winners too, which their launches do not read.
+#: As a tune run writes them: the host rollout's winner too, which its launches (the step kernel's) do not read.
 _KERNELS = {"step:CartPole-v1": {"env_vector_width": 2, "local_size": 64},
             "rollout:CartPole-v1:host": {"env_vector_width": 4}, "rollout:CartPole-v1:device": {"env_vector_width": 4},
             "rollout:CartPole-v1:fused": {"env_vector_width": 8}}  # fmt: skip
@@ -246,7 +258,7 @@ _ORIGINS = {
     "step:CartPole-v1": {"env_vector_width": "table mine (step:CartPole-v1)",
                          "local_size": "table mine (step:CartPole-v1)"},
     "rollout:CartPole-v1:host": {"env_vector_width": "table mine (step:CartPole-v1)"},  # the step kernel's entry
-    "rollout:CartPole-v1:device": {"env_vector_width": "table mine (rollout:CartPole-v1:fused)"},  # the fused kernel
+    "rollout:CartPole-v1:device": {"env_vector_width": "table mine (rollout:CartPole-v1:device)"},  # its own entry
     "rollout:CartPole-v1:fused": {"env_vector_width": "table mine (rollout:CartPole-v1:fused)", "steps_per_launch": "T"},
     "rollout:CartPole-v1:device:mlp": {"env_vector_width": "table mine (fused)"},
     **{op: {k: f"table mine ({op})" for k in _FAMILIES[op]} for op in ("gae", "normalize", "gather")},

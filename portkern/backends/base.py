@@ -139,6 +139,11 @@ class Backend(abc.ABC):
         """Device and library versions for benchmark metadata."""
         return {"backend": self.name, "device": self.device_name}
 
+    def knob_setting(self, knob: str) -> Any:
+        """What knob attribute ``knob`` is set to (a sentinel such as tuning.TUNED included), for code that
+        sets a knob and must put back exactly what was there; a property may read as the value in force."""
+        return getattr(self, knob)
+
     def knob_in_force(self, knob: str, kernel: str) -> Resolved:
         """Value of tuning-knob attribute ``knob`` in the launches of benchmark kernel ``kernel``
         (``step:<env>``, ``rollout:<env>:<path>[:mlp]``, a buffer op), and where it came from.

@@ -328,6 +328,9 @@ class OpenCLBackend(Backend):
     def reduce_wg(self, value: int | str) -> None:
         self._reduce_wg = value
 
+    def knob_setting(self, knob: str) -> Any:
+        return self._reduce_wg if knob == "reduce_wg" else getattr(self, knob)
+
     def _tuned(self, knob: str, family: str, kernel: str | None = None) -> Any:
         """The knob's value for a launch: the attribute, or at TUNED the kernel's tuned default."""
         value = getattr(self, knob)
@@ -354,8 +357,9 @@ class OpenCLBackend(Backend):
         for ``knob``, as env_step, env_rollout, _ranges and _buffer_knob ask tuned_defaults.
 
         A host-path rollout launches the env's step kernel every step (``step:<env>``); device and
-        fused rollouts launch the fused kernel (``rollout:<env>:fused[:mlp]``, family "fused"),
-        whose local size is the family's (_launch_key); a buffer op reads its own name.
+        fused rollouts launch the fused kernel with their own entries (``rollout:<env>:device[:mlp]``,
+        one step per launch, and ``rollout:<env>:fused[:mlp]``; family "fused"), whose local size is the
+        family's (_launch_key); a buffer op reads its own name.
         """
         parts = kernel.split(":")
         if parts[0] not in ("step", "rollout"):
@@ -366,7 +370,7 @@ class OpenCLBackend(Backend):
         if parts[0] == "rollout" and parts[2] != "host":
             if knob == "local_size":
                 return self._launch_key(f"pk_{spec.kernel}_rollout")
-            return ":".join(("rollout", spec.id, "fused", *parts[3:])), "fused"
+            return ":".join(("rollout", spec.id, "device" if parts[2] == "device" else "fused", *parts[3:])), "fused"
         return f"step:{spec.id}", "step"
 
     def synchronize(self) -> None:
@@ -611,7 +615,9 @@ class OpenCLBackend(Backend):
         n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps, dt = out.steps, params.dtype
-        bench_name = f"rollout:{spec.id}:fused" + (":mlp" if policy.kind == 1 else "")
+        # One step per launch is the device data path: its own tuned entry (the family's, "fused", without one).
+        path = "device" if steps_per_launch == 1 else "fused"
+        bench_name = f"rollout:{spec.id}:{path}" + (":mlp" if policy.kind == 1 else "")
         opts, vw = self._env_options(dt, bench_name, "fused")
         k = self._kernel(f"{spec.kernel}.cl", f"pk_{spec.kernel}_rollout", opts)
         # Arguments are set once; each launch only moves the time window (t0, t_count).

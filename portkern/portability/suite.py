@@ -333,7 +333,7 @@ def config_id(config: dict[str, Any] | None) -> str:
 def applied(b: Backend, config: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
     """Set knobs on the (shared, cached) backend instance for one case, and restore them after."""
     config = {k: v for k, v in (config or {}).items() if k not in CASE_KNOBS}
-    saved = {k: getattr(b, k) for k in config}
+    saved = {k: b.knob_setting(k) for k in config}  # the setting (tuning.TUNED too), not the value it reads as
     try:
         for k, v in config.items():
             setattr(b, k, v)
