@@ -1,4 +1,4 @@
-"""The ``portkern`` command: devices, demo, and the benchmark commands (bench, report, cost, tune)."""
+"""The ``portkern`` command: devices, demo, the benchmark commands (bench, report, cost, tune) and train."""
 
 from __future__ import annotations
 
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         commands = None
     if commands is not None:
         commands.register(sub)
+    from .train import cli as train_cli  # imports no torch until `portkern train` runs
+
+    train_cli.register(sub)
     return parser
 
 

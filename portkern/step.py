@@ -189,16 +189,38 @@ class VectorEnv:
         spl = steps if steps_per_launch is None else int_arg("steps_per_launch", steps_per_launch, 1, steps)
         if path == "device":
             spl = 1
-        flat = policy.flat() if hasattr(policy, "flat") else np.zeros(1, np.float32)
-        key = flat.tobytes()
-        if getattr(self, "_policy_key", None) != key:
-            self._policy_dev = self.backend.from_host(flat)
-            self._policy_key = key
+        self.load_policy(policy)
         self.backend.env_rollout(
             self.spec, self._bufs, policy, self._policy_dev, buffer, self._param_vector, self.seed,
             self.spec.max_episode_steps, self.autoreset, spl,
         )  # fmt: skip
         return buffer
+
+    def load_policy(self, policy: Policy) -> None:
+        """Upload ``policy``'s parameters to the device (a no-op when they are already there).
+
+        ``rollout`` does this itself; calling it first lets a training loop time the upload as data
+        movement and the rollout as stepping.
+        """
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy: expected a portkern.policy.RandomPolicy or MLPPolicy, got {type(policy).__name__}")
+        policy.check(self.spec)
+        flat = policy.flat() if hasattr(policy, "flat") else np.zeros(1, np.float32)
+        key = flat.tobytes()
+        if getattr(self, "_policy_key", None) != key:
+            self._policy_dev = self.backend.from_host(flat)
+            self._policy_key = key
+        self._loaded_policy = policy
+
+    @property
+    def loaded_policy(self) -> Policy | None:
+        """The policy whose parameters are on the device (the last ``load_policy`` or ``rollout``)."""
+        return getattr(self, "_loaded_policy", None)
+
+    @property
+    def obs(self) -> Any:
+        """The current observations ([N, obs_dim], the env's own device buffer)."""
+        return self._bufs.obs
 
     def _rollout_host(self, steps: int, policy: Policy, buf: RolloutBuffer) -> None:
         b, bufs = self.backend, self._bufs
@@ -283,7 +305,8 @@ class VectorEnv:
         return {"state": state, "steps": b.to_host(self._bufs.steps).astype(np.int64)}
 
     def set_state(self, state: Any = None, steps: Any = None) -> None:
-        """Write state [N, D] and/or steps [N] back to the device; clears pending next-step resets."""
+        """Write state [N, D] and/or steps [N] back to the device (and the obs of that state); clears pending
+        next-step resets."""
         n, d = self.num_envs, self.spec.state_dim
         host_state = host_steps = None
         if state is not None:
@@ -321,7 +344,11 @@ class VectorEnv:
         # Everything checked: now write.
         b = self.backend
         if host_state is not None:
-            b.write(self._bufs.state, np.ascontiguousarray(host_state.T, dtype=self.dtype))
+            dev_state = np.ascontiguousarray(host_state.T, dtype=self.dtype)
+            b.write(self._bufs.state, dev_state)
+            # The obs of the new state (by the reference: trigonometric obs may differ from a kernel's in the
+            # last ulp), so that env.obs and a rollout's first recorded obs describe the state just set.
+            b.write(self._bufs.obs, np.ascontiguousarray(self.spec.observe(dev_state), dtype=self.dtype))
         if host_steps is not None:
             b.write(self._bufs.steps, host_steps.astype(np.int32))
         b.write(self._bufs.needs_reset, np.zeros(n, dtype=np.bool_))

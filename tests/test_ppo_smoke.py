@@ -36,20 +36,22 @@ def result(ppo: ModuleType):
 
 
 def test_runs_the_requested_budget(result) -> None:
-    assert len(result.updates) == 12
-    assert result.global_step == 12 * 8 * 64
+    assert result.updates == len(result.curve) == 12
+    assert result.env_steps == 12 * 8 * 64
+    assert result.stop_reason == "step budget"
 
 
 def test_losses_are_finite(result) -> None:
-    for u in result.updates:
-        assert all(math.isfinite(x) for x in (u.pg_loss, u.v_loss, u.entropy, u.approx_kl)), u
+    assert result.losses_finite, result.losses
+    assert all(math.isfinite(x) for x in result.losses.values()), result.losses
 
 
 def test_mean_return_rises_over_the_first_update(result) -> None:
-    first = result.updates[0].mean_return  # random policy: ~20 steps per episode
-    late = np.nanmean([u.mean_return for u in result.updates[-3:]])  # nan: no episode ended in that rollout
+    per_update = [np.nan if row[4] is None else row[4] for row in result.curve]  # this update's episodes
+    first = per_update[0]  # random policy: ~20 steps per episode
+    late = np.nanmean(per_update[-3:])  # nan: no episode ended in that rollout
     # Seeds 1-6 all reach >= 3.5x; 2x leaves room for numeric drift across torch builds and CPUs.
-    assert late >= 2 * first, [u.mean_return for u in result.updates]
+    assert late >= 2 * first, per_update
 
 
 def test_main_prints_phase_breakdown_and_verdict(ppo: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,13 @@
 #      the committed CPU runs (bench/results/)
 #   4. bench/gpu/gpu_bench.py: copy ceiling, CartPole step and GAE per backend (torch eager and
 #      compiled beside cupy, numba and opencl), zero-copy to torch, the rollout data paths
+#   5. `portkern train` on CartPole-v1, one seed per stack (cupy, cupy+fused, torch@cuda, opencl on
+#      NVIDIA's OpenCL, numba): device-hours per converged policy on the H200. One JSON per stack, so
+#      a stack that runs out of time loses only itself; `portkern report` merges them.
 # cuda_host, the CUDA C compiled for the CPU, is a correctness harness for machines without a GPU:
 # the GPU run has the real thing and leaves it out.
 # Here first:  bash bench/gpu/prepare.sh    then run with carry [".device"]:  bash bench/gpu/run_gpu.sh
-# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 455 s).
+# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 470 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .device/setup.sh
@@ -30,16 +33,16 @@ parity() {  # name, timeout seconds, -k expression, extra env...
   echo "parity $name: rc=$? ($(tail -n 1 "$OUT/parity_$name.log"))"
 }
 
-parity cupy 50 cupy
-parity numba 80 numba          # Numba compiles each kernel on first launch: seconds per kernel
+parity cupy 40 cupy
+parity numba 60 numba          # Numba compiles each kernel on first launch: seconds per kernel
 parity opencl 40 "opencl and not oclgrind" PORTKERN_OPENCL_DEVICE=nvidia
-parity torch 45 "torch"        # torch eager on cuda, and tests/test_torch_backend.py's torch_compile parity
+parity torch 40 "torch"        # torch eager on cuda, and tests/test_torch_backend.py's torch_compile parity
 echo "parity done at $((SECONDS - start))s"
 
 sanitizer=$(command -v compute-sanitizer || python3 -c "import nvidia, pathlib; print(next(pathlib.Path(nvidia.__path__[0]).glob('cu*/bin/compute-sanitizer')))" 2>/dev/null)
 for tool in memcheck racecheck; do
   if [ -x "${sanitizer:-}" ]; then
-    timeout 40 "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
+    timeout 30 "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
       python3 -m pytest -q -p no:cacheprovider tests/test_parity.py -k "cupy and (CartPole or Acrobot or gae or normalize)" \
       >"$OUT/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool: rc=$? ($(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/sanitizer_$tool.log" | tail -n 2 | tr '\n' ' '))"
@@ -48,10 +51,19 @@ for tool in memcheck racecheck; do
   fi
 done
 
-timeout 90 python3 -m portkern.cli bench --quick --backend cupy --backend numba --backend opencl --backend torch \
+timeout 70 python3 -m portkern.cli bench --quick --backend cupy --backend numba --backend opencl --backend torch \
   --device "H200" --machine lent-h200 --out "$OUT/bench" >"$OUT/bench.log" 2>&1
 echo "portkern bench --quick: rc=$? ($(tail -n 1 "$OUT/bench.log"))"
 
 # Sections that would start after --budget-s are skipped and recorded as such; the rollouts come last.
-timeout 150 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 130 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
+timeout 90 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 75 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
+
+# 5. Training: 70 s in all. --max-seconds caps each run (CartPole converges in ~120k steps).
+mkdir -p "$OUT/train"
+for spec in "cupy:15" "cupy+fused:15" "torch@cuda:20" "opencl@nvidia:10" "numba:10"; do
+  stack=${spec%:*} limit=${spec##*:}
+  timeout "$limit" python3 -m portkern.cli train --task CartPole-v1 --stack "$stack" --seeds 1 --max-seconds 12 \
+    --no-progress --out "$OUT/train/${stack//[@+]/-}.json" >"$OUT/train/${stack//[@+]/-}.log" 2>&1
+  echo "portkern train $stack: rc=$? ($(grep -E 'converged|step budget|time budget|error' "$OUT/train/${stack//[@+]/-}.log" | tail -n 1))"
+done
 echo "all done at $((SECONDS - start))s"

@@ -1,0 +1,197 @@
+"""The measurement instrument: CleanRL's PPO (PyTorch), its agent, and a phase timer with device synchronisation."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from ..policy import MLPPolicy
+from .config import PPOConfig
+
+#: Phases of one training run, in the order a training step passes them. Every one is timed on its own
+#: (each ends with a device synchronise), so their sum is the wall time up to the untimed gaps between them.
+PHASES = {
+    "setup": "setup (env build, kernel compile, model init, reset)",
+    "act": "acting (policy/value forward, incl. bootstrap values and fused stacks' recomputed log-probs)",
+    "env": "environment stepping (fused stacks: stepping and in-kernel acting, one launch per rollout)",
+    "adv": "advantage computation (GAE)",
+    "update": "update (PPO epochs: minibatch gather, advantage normalisation, forward, backward, step)",
+    "move": "data movement (device<->host, between libraries)",
+    "other": "other (episode bookkeeping, convergence check, progress)",
+}
+#: Parts of the update phase timed inside it (they are included in "update").
+UPDATE_PARTS = {
+    "gather": "minibatch gather (indexing the flattened rollout by a shuffled permutation)",
+    "normalize": "per-minibatch advantage normalisation",
+}
+
+
+class PhaseTimer:
+    """Wall seconds per phase; ``sync`` (the stack's device synchronise) runs before each phase's clock stops."""
+
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.parts = dict.fromkeys(UPDATE_PARTS, 0.0)
+        self.sync = sync or (lambda: None)
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            self.seconds[phase] += time.perf_counter() - t0
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            self.parts[name] += time.perf_counter() - t0
+
+
+def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def _mlp(obs_dim: int, hidden: int, out: int, out_std: float) -> nn.Sequential:
+    return nn.Sequential(
+        layer_init(nn.Linear(obs_dim, hidden)), nn.Tanh(),
+        layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
+        layer_init(nn.Linear(hidden, out), std=out_std),
+    )  # fmt: skip
+
+
+class Agent(nn.Module):
+    """CleanRL's separate tanh actor and critic; a Gaussian actor with one state-independent log-std for Box
+    actions (the shape portkern's in-kernel MLP runs, so a fused rollout can act with these very weights)."""
+
+    def __init__(self, obs_dim: int, n_actions: int | None, hidden: int = 64) -> None:
+        super().__init__()
+        self.discrete = n_actions is not None
+        self.critic = _mlp(obs_dim, hidden, 1, 1.0)
+        self.actor = _mlp(obs_dim, hidden, n_actions if self.discrete else 1, 0.01)
+        self.log_std = nn.Parameter(torch.zeros(1), requires_grad=not self.discrete)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x).squeeze(-1)
+
+    def distribution(self, x: torch.Tensor) -> Categorical | Normal:
+        # No argument checks: at these batch sizes they cost more than the 64-unit forward itself.
+        out = self.actor(x)
+        if self.discrete:
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out.squeeze(-1), self.log_std.exp().expand(out.shape[0]), validate_args=False)
+
+    def act(
+        self, x: torch.Tensor, action: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(action, log_prob, entropy, value)``; samples an action unless one is given."""
+        dist = self.distribution(x)
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.value(x)
+
+    def in_kernel_policy(self) -> MLPPolicy:
+        """The actor as portkern's in-kernel MLP (weights ``[in, out]``, float32, on the host)."""
+        layers = [m for m in self.actor if isinstance(m, nn.Linear)]
+        w = [lin.weight.detach().to("cpu", torch.float32).T.contiguous().numpy() for lin in layers]
+        b = [lin.bias.detach().to("cpu", torch.float32).numpy().copy() for lin in layers]
+        log_std = self.log_std.detach().to("cpu", torch.float32).numpy().copy()
+        return MLPPolicy(w[0], b[0], w[1], b[1], w[2], b[2], log_std)
+
+
+def torch_gae(
+    rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
+    truncated: torch.Tensor, gamma: float, lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """GAE as a CleanRL-style reverse loop over t in PyTorch, with portkern.buffer.gae's semantics:
+    ``next_values[t]`` is V(obs step t reached), zeroed where it terminated, kept where it truncated; the
+    recursion stops at every episode end."""
+    not_term = (~terminated).to(values.dtype)
+    not_done = (~(terminated | truncated)).to(values.dtype)
+    adv = torch.zeros_like(values)
+    last = torch.zeros_like(values[0])
+    for t in range(values.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * next_values[t] * not_term[t] - values[t]
+        last = delta + gamma * lam * not_done[t] * last
+        adv[t] = last
+    return adv, adv + values
+
+
+def ppo_update(
+    agent: Agent,
+    optimizer: torch.optim.Optimizer,
+    cfg: PPOConfig,
+    timer: PhaseTimer,
+    b_obs: torch.Tensor,
+    b_actions: torch.Tensor,
+    b_logprobs: torch.Tensor,
+    b_values: torch.Tensor,
+    b_advantages: torch.Tensor,
+    b_returns: torch.Tensor,
+) -> tuple[float, float, float, float]:
+    """CleanRL's clipped-objective epochs over shuffled minibatches: ``(pg, v, entropy, approx_kl)``."""
+    batch_size = b_obs.shape[0]
+    minibatch = batch_size // cfg.num_minibatches
+    pg_loss = v_loss = entropy_loss = approx_kl = torch.zeros(())
+    for _ in range(cfg.update_epochs):
+        perm = torch.randperm(batch_size, device=b_obs.device)
+        for start in range(0, batch_size, minibatch):
+            with timer.part("gather"):
+                mb = perm[start : start + minibatch]
+                obs, actions, old_logp = b_obs[mb], b_actions[mb], b_logprobs[mb]
+                old_v, mb_adv, mb_ret = b_values[mb], b_advantages[mb], b_returns[mb]
+            _, newlogprob, entropy, newvalue = agent.act(obs, actions)
+            logratio = newlogprob - old_logp
+            ratio = logratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - logratio).mean()
+            if cfg.norm_adv:
+                with timer.part("normalize"):
+                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            pg_loss = torch.max(
+                -mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+            ).mean()
+            if cfg.clip_vloss:
+                v_unclipped = (newvalue - mb_ret) ** 2
+                v_clipped = old_v + torch.clamp(newvalue - old_v, -cfg.clip_coef, cfg.clip_coef)
+                v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - mb_ret) ** 2).mean()
+            else:
+                v_loss = 0.5 * ((newvalue - mb_ret) ** 2).mean()
+            entropy_loss = entropy.mean()
+            loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+    return pg_loss.item(), v_loss.item(), entropy_loss.item(), approx_kl.item()
+
+
+def finished_returns(episode_return: torch.Tensor, rewards: torch.Tensor, done: torch.Tensor) -> list[float]:
+    """Advance the per-env running returns over a [T, N] rollout; the returns of episodes that ended."""
+    out: list[float] = []
+    r64 = rewards.to(torch.float64)
+    for t in range(rewards.shape[0]):
+        episode_return += r64[t]
+        d = done[t]
+        if bool(d.any()):
+            out.extend(episode_return[d].tolist())
+            episode_return[d] = 0.0
+    return out
+
+
+def window_mean(recent: list[float] | tuple[float, ...]) -> float:
+    return float(np.mean(recent)) if len(recent) else math.nan

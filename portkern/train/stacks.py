@@ -1,0 +1,339 @@
+"""Training stacks: the same PPO collecting its rollouts five ways.
+
+* ``gymnasium`` -- Gymnasium's own ``SyncVectorEnv`` on the host (the off-device simulator a service might
+  run); GAE as a PyTorch loop over t.
+* ``<backend>`` -- a portkern backend, one kernel launch per step, the policy in PyTorch on the host: obs come
+  up and actions go down every step (``numpy``, ``opencl``, ``cupy``, ``numba``).
+* ``<backend>+fused`` -- the policy's current weights copied into the in-kernel MLP once per update, the whole
+  rollout collected in one launch, log-probs and values recomputed in PyTorch from the stored obs and actions.
+* ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
+
+A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import buffer, envs, step
+from ..backends import Backend, get_backend
+from .config import TaskConfig
+from .ppo import Agent, PhaseTimer, torch_gae
+
+TORCH_BACKENDS = ("torch", "torch_compile")
+
+
+@dataclasses.dataclass(frozen=True)
+class StackSpec:
+    name: str  # as written, without the device: "gymnasium", "opencl", "opencl+fused", "torch"
+    backend: str | None  # None for gymnasium
+    mode: str  # "host-sim", "step", "fused", "resident"
+    device: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name + (f"@{self.device}" if self.device else "")
+
+
+def parse_stack(text: str) -> StackSpec:
+    """``NAME[@DEVICE]``; NAME is ``gymnasium``, a backend, or ``<backend>+fused``."""
+    from ..backends import registry
+
+    raw = text.strip()
+    name, _, device = raw.partition("@")
+    name, device = name.strip(), device.strip() or None
+    known = [n for n in registry.names() if n != "cuda_host"]
+    valid = f"gymnasium, {', '.join(known)}, or <backend>+fused (e.g. opencl+fused), each optionally @DEVICE"
+    if name == "gymnasium":
+        if device:
+            raise ValueError(f"--stack {raw!r}: gymnasium runs on the host CPU; it takes no @DEVICE")
+        return StackSpec(name, None, "host-sim")
+    base, plus, suffix = name.partition("+")
+    if plus and suffix != "fused":
+        raise ValueError(f"--stack {raw!r}: unknown mode {suffix!r}; expected {valid}")
+    if base not in known:
+        raise ValueError(f"--stack {raw!r}: unknown backend {base!r}; expected {valid}")
+    if base in TORCH_BACKENDS:
+        if plus:
+            raise ValueError(f"--stack {raw!r}: the torch backends have no fused kernels (they are the framework "
+                             f"stack); use {base!r}")  # fmt: skip
+        return StackSpec(name, base, "resident", device)
+    return StackSpec(name, base, "fused" if plus else "step", device)
+
+
+@dataclasses.dataclass
+class Storage:
+    """One rollout on the agent's device, time-major [T, N, ...]."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: torch.Tensor
+
+    @classmethod
+    def zeros(cls, T: int, N: int, D: int, discrete: bool, device: torch.device) -> Storage:
+        f = dict(device=device)
+        return cls(
+            obs=torch.zeros((T, N, D), **f), actions=torch.zeros((T, N), dtype=torch.long if discrete else torch.float32, **f),
+            logprobs=torch.zeros((T, N), **f), values=torch.zeros((T, N), **f), rewards=torch.zeros((T, N), **f),
+            terminated=torch.zeros((T, N), dtype=torch.bool, **f), truncated=torch.zeros((T, N), dtype=torch.bool, **f),
+            final_obs=torch.zeros((T, N, D), **f),
+        )  # fmt: skip
+
+
+class Stack:
+    """Builds its env in ``setup``; ``collect`` fills a Storage with one rollout; ``advantages`` runs GAE."""
+
+    def __init__(self, spec: StackSpec, task: TaskConfig, seed: int) -> None:
+        self.spec, self.task, self.seed = spec, task, seed
+        self.env_spec = envs.get(task.env_id)
+        self.discrete = self.env_spec.is_discrete
+        self.n_actions = self.env_spec.discrete_actions if self.discrete else None
+        self.obs_dim = self.env_spec.obs_dim
+        self.agent_device = torch.device("cpu")
+        self.backend: Backend | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def setup(self) -> torch.Tensor:
+        """Build and reset the env; the first obs (a tensor on the agent's device)."""
+        raise NotImplementedError
+
+    def warm_up(self, agent: Agent) -> None:
+        """Run every kernel the stack will launch once, on a throwaway env of the same shape, so that compiling
+        (OpenCL/NVRTC builds, torch.compile) happens in setup rather than inside the first timed phase."""
+
+    def sync(self) -> None:
+        """Wait for the stack's device work (the env's backend and the agent's torch device)."""
+        if self.backend is not None:
+            self.backend.synchronize()
+        if self.agent_device.type == "cuda":
+            torch.cuda.synchronize(self.agent_device)
+
+    def close(self) -> None:
+        pass
+
+    def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
+        """Fill ``store`` with T steps from ``next_obs``; the obs after the last step."""
+        raise NotImplementedError
+
+    def advantages(self, store: Storage, next_values: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE with portkern.buffer.gae on the env's backend (inputs moved there and back as data movement)."""
+        b = self.backend
+        assert b is not None
+        with timer("move"):
+            ins = [b.from_host(t.numpy()) for t in (store.rewards, store.values, next_values, store.terminated,
+                                                    store.truncated)]  # fmt: skip
+        with timer("adv"):
+            adv, ret = buffer.gae(*ins, gamma=self.task.ppo.gamma, lam=self.task.ppo.gae_lambda, backend=b)
+        with timer("move"):
+            return torch.from_numpy(b.to_host(adv)), torch.from_numpy(b.to_host(ret))
+
+    def identity(self) -> dict[str, Any]:
+        """The device the env runs on, as bench runs name it (device_key, hardware_key, label, kind...)."""
+        from ..portability import suite
+
+        b = self.backend if self.backend is not None else get_backend("numpy")
+        info = suite.device_info(b, suite.Target(b.name, b.device_name), suite.machine_label())
+        if self.spec.mode == "host-sim":
+            info = {**info, "backend": "gymnasium", "stack_class": "host simulator"}
+        return info
+
+    def actions_for_env(self, action: torch.Tensor) -> np.ndarray:
+        a = action.numpy()
+        return a.astype(np.int32) if self.discrete else a.astype(np.float32)
+
+
+class GymnasiumStack(Stack):
+    """Gymnasium's SyncVectorEnv (same-step autoreset, as portkern's default), obs and actions as NumPy."""
+
+    def __init__(self, spec: StackSpec, task: TaskConfig, seed: int) -> None:
+        super().__init__(spec, task, seed)
+        try:  # imported here, not in setup: a one-off cost of the process, not of a policy
+            import gymnasium as gym
+            from gymnasium.vector import AutoresetMode
+        except ImportError as exc:
+            raise RuntimeError("--stack gymnasium: needs Gymnasium >= 1.1: pip install 'portkern[train]'") from exc
+        self._gym, self._mode = gym, AutoresetMode
+
+    def setup(self) -> torch.Tensor:
+        gym, AutoresetMode = self._gym, self._mode
+        self.envs = gym.make_vec(self.task.env_id, num_envs=self.task.ppo.num_envs, vectorization_mode="sync",
+                                 vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})  # fmt: skip
+        obs, _ = self.envs.reset(seed=self.seed)
+        return torch.as_tensor(np.asarray(obs, np.float32))
+
+    def close(self) -> None:
+        if hasattr(self, "envs"):
+            self.envs.close()
+
+    def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
+        obs_np = store.obs.numpy()
+        for t in range(store.obs.shape[0]):
+            with timer("move"):
+                store.obs[t] = next_obs
+            with timer("act"), torch.no_grad():
+                action, logprob, _, value = agent.act(store.obs[t])
+                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            with timer("move"):
+                host_actions = action.numpy() if self.discrete else action.numpy()[:, None]
+            with timer("env"):
+                obs, reward, terminated, truncated, info = self.envs.step(host_actions)
+            with timer("move"):
+                next_obs = torch.from_numpy(np.asarray(obs, np.float32))
+                store.rewards[t] = torch.from_numpy(np.asarray(reward, np.float32))
+                store.terminated[t] = torch.from_numpy(np.asarray(terminated))
+                store.truncated[t] = torch.from_numpy(np.asarray(truncated))
+                final = np.asarray(obs, np.float32).copy()
+                if "_final_obs" in info:
+                    for i in np.flatnonzero(info["_final_obs"]):
+                        final[i] = info["final_obs"][i]
+                store.final_obs[t] = torch.from_numpy(final)
+        del obs_np
+        return next_obs
+
+    def advantages(self, store: Storage, next_values: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
+        with timer("adv"):
+            return torch_gae(store.rewards, store.values, next_values, store.terminated, store.truncated,
+                             self.task.ppo.gamma, self.task.ppo.gae_lambda)  # fmt: skip
+
+
+class PortkernStack(Stack):
+    """A portkern VectorEnv on a non-torch backend, stepped once per step (mode 'step') or one fused
+    rollout per update (mode 'fused'); the agent and the storage are PyTorch on the host."""
+
+    def setup(self) -> torch.Tensor:
+        self.env = step.make(self.task.env_id, self.task.ppo.num_envs, backend=self.spec.backend,
+                             device=self.spec.device, seed=self.seed)  # fmt: skip
+        self.backend = self.env.backend
+        obs = self.env.reset()
+        if self.spec.mode == "fused":
+            self.rollout_buf = self.env.rollout_buffer(self.task.ppo.num_steps)
+        self.sync()
+        return torch.from_numpy(self.backend.to_host(obs).astype(np.float32, copy=True))
+
+    def warm_up(self, agent: Agent) -> None:
+        cfg = self.task.ppo
+        env = step.make(self.task.env_id, cfg.num_envs, backend=self.backend, seed=self.seed)
+        env.reset()
+        if self.spec.mode == "fused":
+            env.rollout(1, agent.in_kernel_policy(), path="fused")
+        else:
+            env.step(np.zeros(cfg.num_envs, np.int32 if self.discrete else np.float32))
+        b, z = self.backend, np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
+        f = np.zeros(z.shape, np.bool_)
+        buffer.gae(*(b.from_host(a) for a in (z, z, z, f, f)), gamma=cfg.gamma, lam=cfg.gae_lambda, backend=b)
+        self.sync()
+
+    def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
+        if self.spec.mode == "fused":
+            return self._collect_fused(agent, store, timer)
+        env, b = self.env, self.backend
+        obs_np, final_np = store.obs.numpy(), store.final_obs.numpy()
+        rewards_np, term_np, trunc_np = store.rewards.numpy(), store.terminated.numpy(), store.truncated.numpy()
+        with timer("move"):
+            store.obs[0] = next_obs
+        for t in range(store.obs.shape[0]):
+            with timer("act"), torch.no_grad():
+                action, logprob, _, value = agent.act(store.obs[t])
+                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            with timer("move"):
+                host_actions = self.actions_for_env(action)
+            with timer("env"):
+                obs, reward, terminated, truncated = env.step(host_actions)
+            with timer("move"):
+                rewards_np[t] = b.to_host(reward)
+                term_np[t] = b.to_host(terminated)
+                trunc_np[t] = b.to_host(truncated)
+                # same_step autoreset: final_obs is every env's post-step obs (pre-reset where it finished).
+                final_np[t] = b.to_host(env.final_obs)
+                if t + 1 < store.obs.shape[0]:
+                    obs_np[t + 1] = b.to_host(obs)
+                else:
+                    next_obs = torch.from_numpy(b.to_host(obs).astype(np.float32, copy=True))
+        return next_obs
+
+    def _collect_fused(self, agent: Agent, store: Storage, timer: PhaseTimer) -> torch.Tensor:
+        env, b, buf = self.env, self.backend, self.rollout_buf
+        with timer("move"):
+            env.load_policy(agent.in_kernel_policy())  # this update's weights, uploaded once
+        with timer("env"):
+            env.rollout(store.obs.shape[0], env.loaded_policy, buf, path="fused")
+        with timer("move"):
+            store.obs.numpy()[:] = b.to_host(buf.obs)
+            store.actions.numpy()[:] = b.to_host(buf.actions)
+            store.rewards.numpy()[:] = b.to_host(buf.rewards)
+            store.terminated.numpy()[:] = b.to_host(buf.terminated)
+            store.truncated.numpy()[:] = b.to_host(buf.truncated)
+            store.final_obs.numpy()[:] = b.to_host(buf.final_obs)
+            next_obs = torch.from_numpy(b.to_host(env.obs).astype(np.float32, copy=True))
+        with timer("act"), torch.no_grad():
+            # The kernel sampled the actions with these weights; PPO needs their log-probs and values.
+            flat_obs = store.obs.reshape(-1, self.obs_dim)
+            _, logprob, _, value = agent.act(flat_obs, store.actions.reshape(-1))
+            store.logprobs.copy_(logprob.reshape(store.logprobs.shape))
+            store.values.copy_(value.reshape(store.values.shape))
+        return next_obs
+
+
+class TorchStack(Stack):
+    """The torch backends: env state, agent, storage and GAE on one torch device; nothing crosses libraries."""
+
+    def setup(self) -> torch.Tensor:
+        self.env = step.make(self.task.env_id, self.task.ppo.num_envs, backend=self.spec.backend,
+                             device=self.spec.device, seed=self.seed)  # fmt: skip
+        self.backend = self.env.backend
+        obs = self.env.reset()
+        self.agent_device = obs.device
+        self.sync()
+        return obs.clone()
+
+    def warm_up(self, agent: Agent) -> None:
+        cfg = self.task.ppo
+        env = step.make(self.task.env_id, cfg.num_envs, backend=self.backend, seed=self.seed)
+        env.reset()
+        dt = torch.int32 if self.discrete else torch.float32
+        env.step(torch.zeros(cfg.num_envs, dtype=dt, device=self.agent_device))
+        z = torch.zeros((cfg.num_steps, cfg.num_envs), device=self.agent_device)
+        f = torch.zeros(z.shape, dtype=torch.bool, device=self.agent_device)
+        buffer.gae(z, z, z, f, f, gamma=cfg.gamma, lam=cfg.gae_lambda, backend=self.backend)
+        self.sync()
+
+    def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
+        env = self.env
+        store.obs[0] = next_obs
+        for t in range(store.obs.shape[0]):
+            # Same-device tensor copies into the storage (the env reuses its buffers) belong to acting and
+            # stepping: nothing here moves between devices or libraries.
+            with timer("act"), torch.no_grad():
+                action, logprob, _, value = agent.act(store.obs[t])
+                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            with timer("env"):
+                obs, reward, terminated, truncated = env.step(action.to(torch.int32) if self.discrete else action)
+                store.rewards[t], store.terminated[t], store.truncated[t] = reward, terminated, truncated
+                store.final_obs[t] = env.final_obs
+                if t + 1 < store.obs.shape[0]:
+                    store.obs[t + 1] = obs
+                else:
+                    next_obs = obs.clone()
+        return next_obs
+
+    def advantages(self, store: Storage, next_values: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
+        with timer("adv"):
+            return buffer.gae(store.rewards, store.values, next_values, store.terminated, store.truncated,
+                              gamma=self.task.ppo.gamma, lam=self.task.ppo.gae_lambda, backend=self.backend)  # fmt: skip
+
+
+def build(spec: StackSpec, task: TaskConfig, seed: int) -> Stack:
+    if spec.mode == "host-sim":
+        return GymnasiumStack(spec, task, seed)
+    if spec.mode == "resident":
+        return TorchStack(spec, task, seed)
+    return PortkernStack(spec, task, seed)
