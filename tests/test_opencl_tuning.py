@@ -434,3 +434,23 @@ def test_portkern_tune_writes_the_machine_cache(tmp_path, monkeypatch, capsys, e
     assert f"tuned defaults of {key} written to {cache}" in capsys.readouterr().out
     assert (tmp_path / "out" / "report.md").exists()  # a broken cache costs neither the cache nor the report
 
+
+
+def test_portkern_tune_with_an_unwritable_cache_warns_and_still_reports(tmp_path, monkeypatch, capsys):
+    from portkern import cli
+    from portkern.portability import commands
+
+    run = _recorded_tune_run(tmp_path)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache's folder would be")
+    monkeypatch.setenv("PORTKERN_TUNE_CACHE", str(blocker / "cache.json"))
+
+    def run_suite(json_path: Path, args, tune: bool):
+        shutil.copyfile(run, json_path)
+        return 0, [], ""
+
+    monkeypatch.setattr(commands, "run_suite", run_suite)
+    assert cli.main(["tune", "--backend", "opencl", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "the tuned defaults were not written to the per-machine cache" in err and str(blocker) in err
+    assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "tuned.json").exists()

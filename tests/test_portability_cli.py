@@ -123,7 +123,7 @@ def read_only_dir(tmp_path: Path):
 
 
 BAD_RUN_OPTIONS = {
-    "mix": (["--mix", "nope"], ["--mix nope: no such file", "physics-heavy, update-heavy"]),
+    "mix": (["--mix", "nope"], ["--mix nope: no such file", ", ".join(report.DEFAULT_MIXES)]),
     "sizes-zero": (["--sizes", "0"], ["--sizes 0: expected quick, full or N[,N...]", "got 0"]),
     "sizes-word": (["--sizes", "tiny"], ["--sizes tiny: expected quick, full or N[,N...]"]),
     "backend": (["--backend", "cuda"], ["--backend cuda: unknown backend; valid names: numpy, opencl, cupy, numba"]),

@@ -177,15 +177,24 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
     if code not in (0, 1) or _stamp(json_path) in (None, before):
         sys.stderr.write(captured[-4000:])
         raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
-    try:
-        if tune:
-            from ..tuning import cache_path, write_cache
-            from .tune import write_tuned
+    if tune:
+        from ..tuning import cache_path, write_cache
+        from .tune import write_tuned
 
-            write_tuned(json_path, out / "tuned.json")
-            # The per-machine cache: this device's defaults from now on (tuning.py, source "cache").
-            for key in write_cache(json_path):
+        write_tuned(json_path, out / "tuned.json")
+        # The per-machine cache: this device's defaults from now on (tuning.py, source "cache"). A cache
+        # that cannot be written costs neither the measurements nor the report: warn and go on.
+        try:
+            keys = write_cache(json_path)
+        except (OSError, ValueError) as exc:
+            print(f"warning: the tuned defaults were not written to the per-machine cache {cache_path()} "
+                  f"({type(exc).__name__}: {exc}); {out / 'tuned.json'} has them", file=sys.stderr)  # fmt: skip
+        else:
+            for key in keys:
                 print(f"tuned defaults of {key} written to {cache_path()}")
+            if not keys:
+                print(f"no device was tuned in this run: the per-machine cache {cache_path()} is unchanged")
+    try:
         rep = report.write([str(json_path)], out, mixes)
     except Exception as exc:
         raise RuntimeError(f"the report could not be built ({type(exc).__name__}: {exc}); the measurements are "
@@ -226,6 +235,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     two runs' verdicts against each other)."""
     mixes = _mixes(args)
     if args.compare:
+        from .training import is_train_file
+
+        trains = [r for r in args.runs if is_train_file(r)]
+        if trains:
+            raise ValueError(f"--compare: compares two bench runs; {', '.join(trains)} is a training file (report it "
+                             "without --compare)")  # fmt: skip
         if len(args.runs) != 2:
             raise ValueError(f"--compare: expected two run files, got {len(args.runs)}")
         out = Path(args.out)
@@ -244,7 +259,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    """The lock-in premium, with the throughput ratio from a report or given by hand."""
+    """The lock-in premium, with the throughput ratio from a report, from training runs, or given by hand."""
+    if args.train:
+        return _cost_train(args)
+    if args.locked or args.portable or args.task:
+        raise ValueError("--locked, --portable and --task go with --train RUN.json (training runs)")
+    if args.gpu_hours is None:
+        raise ValueError("--gpu-hours: expected H, the GPU-hours per converged policy when locked (or give --train "
+                         "RUN.json --locked STACK@DEVICE --portable STACK@DEVICE to take it from training runs)")
     if args.ratio is not None or args.penalty is not None:
         if args.ratio is not None and args.penalty is not None:
             raise ValueError("give --ratio or --penalty, not both")
@@ -256,7 +278,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         ratio, interval, source = cost.ratio_from_report(args.report, args.backend, args.device, args.workload,
                                                          args.kernel)  # fmt: skip
     else:
-        raise ValueError("give the throughput ratio: --report REPORT.json --backend B --device D, or --ratio/--penalty")
+        raise ValueError("give the throughput ratio: --report REPORT.json --backend B --device D, or --ratio/--penalty "
+                         "(or --train RUN.json --locked STACK@DEVICE --portable STACK@DEVICE for H and the ratio)")
     inputs = cost.CostInputs(args.gpu_hours, args.locked_rate, args.portable_rate, args.policies,
                              args.retune_hours, args.hourly_rate, ratio)  # fmt: skip
     if args.json:
@@ -264,6 +287,34 @@ def cmd_cost(args: argparse.Namespace) -> int:
                          default=lambda x: None if isinstance(x, float) and math.isinf(x) else x))  # fmt: skip
     else:
         print(cost.render(inputs, source, interval))
+    return 0
+
+
+def _cost_train(args: argparse.Namespace) -> int:
+    """``cost --train``: H from the locked stack's converged runs, the ratio from both stacks' env-steps/s."""
+    from . import training
+
+    clash = [o for o, v in (("--report", args.report), ("--ratio", args.ratio), ("--penalty", args.penalty),
+                            ("--gpu-hours", args.gpu_hours), ("--backend", args.backend), ("--device", args.device),
+                            ("--workload", args.workload), ("--kernel", args.kernel)) if v is not None]  # fmt: skip
+    if clash:
+        raise ValueError(f"--train: takes H and the ratio from the training runs; drop {', '.join(clash)} (or drop "
+                         "--train to give them yourself)")  # fmt: skip
+    if not (args.locked and args.portable):
+        raise ValueError("--train needs --locked STACK@DEVICE and --portable STACK@DEVICE (e.g. --locked torch@cuda "
+                         "--portable opencl@pocl)")  # fmt: skip
+    t = training.cost_from_train(args.train, args.locked, args.portable, args.task)
+    inputs = cost.CostInputs(t["gpu_hours"], args.locked_rate, args.portable_rate, args.policies,
+                             args.retune_hours, args.hourly_rate, t["ratio"])  # fmt: skip
+    note = "min portable / max locked to max portable / min locked env-steps/s over seeds"
+    if args.json:
+        extra = {"train": {k: v for k, v in t.items() if k not in ("h_source", "ratio_source")}}
+        print(json.dumps(cost.as_json(inputs, t["ratio_source"], t["ratio_interval"], t["gpu_hours_range"],
+                                      t["h_source"], extra), indent=1,
+                         default=lambda x: None if isinstance(x, float) and math.isinf(x) else x))  # fmt: skip
+    else:
+        print(cost.render(inputs, t["ratio_source"], t["ratio_interval"], t["gpu_hours_range"], t["h_source"],
+                          interval_note=note, unit="device-hours"))  # fmt: skip
     return 0
 
 
@@ -289,15 +340,29 @@ def register(sub: Any) -> None:
     p = sub.add_parser("tune", help="search each kernel's tuning knobs per device; write tuned.json + report")
     _run_options(p)
     p.set_defaults(func=cmd_tune)
-    p = sub.add_parser("report", help="merge bench runs (any machines) into report.md/json and plots")
-    p.add_argument("runs", nargs="+", help="results.json files from portkern bench/tune or pytest bench")
+    p = sub.add_parser("report", help="merge bench runs and training runs (any machines) into report.md/json and "
+                                      "plots")  # fmt: skip
+    p.add_argument("runs", nargs="+", help="results.json files from portkern bench/tune or pytest bench, and/or "
+                                           "portkern train JSON files (told apart by their schema)")  # fmt: skip
     p.add_argument("--out", required=True, help="output folder, new or existing (with --compare: a folder or FILE.md)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
     p.add_argument("--compare", action="store_true",
                    help="two runs of one machine: report each and list where their verdicts agree, where one is "
                         "within noise, and any contradiction (consistency.md/.json)")  # fmt: skip
     p.set_defaults(func=cmd_report)
-    p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio")
+    p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio or "
+                                    "from training runs")  # fmt: skip
+    t = p.add_argument_group("H and the ratio from training runs (portkern train; instead of --report, --ratio, "
+                             "--gpu-hours)")  # fmt: skip
+    t.add_argument("--train", nargs="+", metavar="RUN.json",
+                   help="portkern train JSON files: H = the locked stack's median device-hours per converged policy, "
+                        "ratio = median env-steps/s portable / locked")  # fmt: skip
+    t.add_argument("--locked", metavar="STACK@DEVICE",
+                   help="the locked stack as in the runs' stack label (before any @), @ a unique substring of its "
+                        "device key (optional when it ran on one device), e.g. torch@cuda; or a run's whole stack "
+                        "label as given to portkern train (opencl+fused@pocl)")  # fmt: skip
+    t.add_argument("--portable", metavar="STACK@DEVICE", help="the portable stack, likewise, e.g. opencl+fused@pocl")
+    t.add_argument("--task", help="env id when both stacks ran several tasks")
     g = p.add_argument_group("throughput ratio (from a report, or by hand)")
     g.add_argument("--report", help="report.json (or the folder holding it)")
     g.add_argument("--backend", help="portable backend, e.g. opencl")
@@ -306,7 +371,8 @@ def register(sub: Any) -> None:
     g.add_argument("--kernel", help="use one kernel's ratio instead of a workload")
     g.add_argument("--ratio", type=float, help="portable/locked throughput ratio, by hand")
     g.add_argument("--penalty", type=float, help="throughput penalty (1 - ratio), by hand")
-    p.add_argument("--gpu-hours", type=float, required=True, help="H: GPU-hours per converged policy when locked")
+    p.add_argument("--gpu-hours", type=float, default=None,
+                   help="H: GPU-hours per converged policy when locked (required unless --train)")
     p.add_argument("--locked-rate", type=float, required=True, help="price per GPU-hour, locked platform")
     p.add_argument("--portable-rate", type=float, required=True, help="price per GPU-hour, portable platform")
     p.add_argument("--policies", type=float, required=True, help="P: expected number of policies")

@@ -92,14 +92,27 @@ def _pair(iv: Any) -> tuple[float, float] | None:
     return float(iv[0]), float(iv[1])
 
 
-def ranges(c: CostInputs, interval: tuple[float, float] | None) -> dict[str, tuple[float, float]] | None:
-    """Premium and break-even at both ends of the ratio's interval (both are monotone in the ratio)."""
-    if interval is None:
+def ranges(c: CostInputs, interval: tuple[float, float] | None,
+           h_range: tuple[float, float] | None = None) -> dict[str, tuple[float, float]] | None:  # fmt: skip
+    """Premium, portable cost and break-even as (min, max) over the corners of the H range x the ratio's
+    interval (each is monotone in H and in the ratio, so the corners bound it); None without either."""
+    if interval is None and h_range is None:
         return None
-    lo, hi = (lockin(CostInputs(**{**asdict(c), "ratio": q})) for q in interval)
-    return {"ratio": (interval[0], interval[1]), "premium": (lo["premium"], hi["premium"]),
-            "portable_cost": (hi["portable_cost"], lo["portable_cost"]),
-            "break_even_policies": (hi["break_even_policies"], lo["break_even_policies"])}  # fmt: skip
+    qs = interval or (c.ratio, c.ratio)
+    hs = h_range or (c.gpu_hours, c.gpu_hours)
+    corners = [lockin(CostInputs(**{**asdict(c), "gpu_hours": h, "ratio": q})) for h in hs for q in qs]
+    out: dict[str, tuple[float, float]] = {}
+    if interval is not None:
+        out["ratio"] = (interval[0], interval[1])
+    if h_range is not None:
+        out["gpu_hours"] = (h_range[0], h_range[1])
+    for k in ("premium", "portable_cost", "break_even_policies"):
+        vals = [x[k] for x in corners]
+        out[k] = (min(vals), max(vals))
+    if h_range is not None:
+        vals = [x["locked_cost"] for x in corners]
+        out["locked_cost"] = (min(vals), max(vals))
+    return out
 
 
 def _money(x: float) -> str:
@@ -110,12 +123,19 @@ def _range(pair: tuple[float, float], unit: str = "") -> str:
     return f"{_money(pair[0])}{unit} to {_money(pair[1])}{unit}"
 
 
-def render(c: CostInputs, source: str, interval: tuple[float, float] | None = None) -> str:
+def render(c: CostInputs, source: str, interval: tuple[float, float] | None = None,
+           h_range: tuple[float, float] | None = None, h_source: str | None = None,
+           interval_note: str = "10th-90th pct of interleaved rounds", unit: str = "GPU-hours") -> str:  # fmt: skip
     r = lockin(c)
-    rg = ranges(c, interval)
-    iv = (f" [interval {interval[0]:.4g} to {interval[1]:.4g}: 10th-90th pct of interleaved rounds]" if interval
+    rg = ranges(c, interval, h_range)
+    iv = (f" [interval {interval[0]:.4g} to {interval[1]:.4g}: {interval_note}]" if interval
           else " (no interval: given by hand or an older report)")  # fmt: skip
-    lines = [
+    over = "the H range x the ratio's interval" if h_range else "the ratio's interval"
+    head = []
+    if h_source is not None:
+        head = [f"H = {c.gpu_hours:.4g} {unit} per converged policy"
+                + (f" [range {h_range[0]:.4g} to {h_range[1]:.4g}]" if h_range else "") + f" ({h_source})"]
+    lines = head + [
         f"ratio = {c.ratio:.4g}{iv} (throughput penalty {1 - c.ratio:.1%}; {source})",
         "",
         "premium = locked_rate x H x P - portable_rate x (H / ratio) x P - retune_hours x hourly_rate",
@@ -124,11 +144,13 @@ def render(c: CostInputs, source: str, interval: tuple[float, float] | None = No
         f"        = {_money(r['locked_cost'])} - {_money(r['portable_cost'])} - {_money(r['switching_cost'])}",
         f"        = {_money(r['premium'])}",
         "",
-        f"locked cost      {_money(r['locked_cost'])}",
-        f"portable cost    {_money(r['portable_cost'])}  ({c.gpu_hours / c.ratio:,.4g} GPU-hours per policy)",
+        f"locked cost      {_money(r['locked_cost'])}"
+        + (f"; range {_range(rg['locked_cost'])}" if rg and "locked_cost" in rg else ""),
+        f"portable cost    {_money(r['portable_cost'])}  ({c.gpu_hours / c.ratio:,.4g} {unit} per policy)"
+        + (f"; range {_range(rg['portable_cost'])}" if rg and h_range else ""),
         f"switching cost   {_money(r['switching_cost'])}",
         f"lock-in premium  {_money(r['premium'])}  ({'staying locked costs more' if r['premium'] > 0 else 'porting does not pay'})"
-        + (f"; range {_range(rg['premium'])} over the ratio's interval" if rg else ""),
+        + (f"; range {_range(rg['premium'])} over {over}" if rg else ""),
         f"break-even       {_money(r['break_even_policies'])} policies  "
         f"(= switching / (locked_rate x H - portable_rate x H / ratio))"
         + (f"; range {_range(rg['break_even_policies'])} policies" if rg else ""),
@@ -148,9 +170,16 @@ def _finite(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
-def as_json(c: CostInputs, source: str, interval: tuple[float, float] | None = None) -> dict[str, Any]:
-    rg = ranges(c, interval)
-    return {"inputs": asdict(c), "ratio_source": source, **_finite(lockin(c)),
-            "ranges": {k: [None if math.isinf(x) else x for x in v] for k, v in rg.items()} if rg else None,
-            "sensitivity": {str(q): _finite(lockin(CostInputs(**{**asdict(c), "ratio": q})))
-                            for q in SENSITIVITY_RATIOS}}
+def as_json(c: CostInputs, source: str, interval: tuple[float, float] | None = None,
+            h_range: tuple[float, float] | None = None, h_source: str | None = None,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    rg = ranges(c, interval, h_range)
+    out = {"inputs": asdict(c), "ratio_source": source, **_finite(lockin(c)),
+           "ranges": {k: [None if math.isinf(x) else x for x in v] for k, v in rg.items()} if rg else None,
+           "sensitivity": {str(q): _finite(lockin(CostInputs(**{**asdict(c), "ratio": q})))
+                           for q in SENSITIVITY_RATIOS}}  # fmt: skip
+    if h_source is not None:
+        out["gpu_hours_source"] = h_source
+    if extra:
+        out.update(extra)
+    return out

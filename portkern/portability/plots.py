@@ -163,9 +163,63 @@ def spectrum(rep: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+PHASE_COLOURS = {"setup": "#8c8c8c", "act": "#dd8452", "env": "#4c72b0", "adv": "#55a868", "update": "#c44e52",
+                 "move": "#8172b3", "other": "#937860", "untimed": "#e5e5e5"}  # fmt: skip
+
+
+def train_phases(rep: dict[str, Any], task: str, path: Path) -> None:
+    """Per hardware (one panel each) and stack (one bar each): the median seconds per phase over the converged
+    seeds (all seeds where none converged), stacked in a run's order, so the reader sees where the hours go."""
+    from .training import PLOT_PHASES, _g
+
+    plt = _plt()
+    groups = [g for g in rep["training"]["groups"] if g["task"] == task]
+    heights = [max(1.6, 0.45 * len(g["stacks"]) + 1.0) for g in groups]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, sum(heights) + 1.1), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})  # fmt: skip
+    labels = rep["training"].get("phases", {})
+    for ax, g in zip(axes.flat, groups):
+        stacks = g["stacks"]
+        ys = list(range(len(stacks)))[::-1]  # first stack on top
+        left = [0.0] * len(stacks)
+        for phase in PLOT_PHASES:
+            vals = [s["phase_seconds"].get(phase) or 0.0 for s in stacks]
+            if not any(vals):
+                continue
+            head = labels.get(phase, phase).split(" (")[0]
+            ax.barh(ys, vals, left=left, color=PHASE_COLOURS.get(phase), edgecolor="white", linewidth=0.4,
+                    label=phase if head == phase else f"{phase}: {head}")
+            left = [a + b for a, b in zip(left, vals)]
+        for y, s, x in zip(ys, stacks, left):
+            text = (f"H {_g(s['H_s'])} s ({s['converged']}/{s['runs']})" if s["converged"]
+                    else f"not converged ({s['runs']} seeds)")  # fmt: skip
+            ax.annotate(text, (x, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([f"{s['stack']}\n{s['mode']}" for s in stacks], fontsize=7)
+        ax.set_xlim(0, max(left + [1e-9]) * 1.25)
+        ax.set_xlabel("device-seconds per run (median per phase; converged seeds, else all)", fontsize=8)
+        ax.set_title(f"{task} on {g['hardware_key']} ({g['hardware_label']})", fontsize=9)
+        ax.grid(axis="x", lw=0.4, alpha=0.5)
+    handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels())}
+    fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=4, frameon=False)
+    fig.suptitle(f"{task}: where a training run's seconds go (fused stacks: env includes in-kernel acting)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.7 / (sum(heights) + 1.1), 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_all(rep: dict[str, Any], out: Path) -> list[Path]:
-    paths = [out / "ratios.png"]
-    ratios(rep, paths[0])
+    from .training import plot_name, safe_name
+
+    paths: list[Path] = []
+    for task in dict.fromkeys(g["task"] for g in (rep.get("training") or {}).get("groups", [])):
+        paths.append(out / plot_name(task))
+        train_phases(rep, task, paths[-1])
+    if "functional" not in rep:  # training files only: no bench plots
+        return paths
+    paths.append(out / "ratios.png")
+    ratios(rep, paths[-1])
     if rep.get("spectrum", {}).get("rows"):
         paths.append(out / "spectrum.png")
         spectrum(rep, paths[-1])
@@ -173,6 +227,6 @@ def plot_all(rep: dict[str, Any], out: Path) -> list[Path]:
         paths.append(out / "data-paths.png")
         data_paths(rep, paths[-1])
     for mix in rep["workloads"]:
-        paths.append(out / f"cascade-{mix}.png")
+        paths.append(out / f"cascade-{safe_name(mix)}.png")
         cascade(rep, mix, paths[-1])
     return paths

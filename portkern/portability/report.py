@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import metrics
+from . import metrics, training
 from .runs import Record, Run, load_run, merge
 
 REPORT_SCHEMA = "portkern-report/2"  # 2: intervals, verdicts, summary, spectrum, driver-devices
@@ -32,13 +32,23 @@ BACKEND_ORDER = ("cupy", "numba", "opencl", "torch_compile", "torch", "numpy")
 STACK_CLASSES = ("fused custom", "custom kernels", "framework compiled", "framework eager")
 #: The native backend of a vendor's devices, in order of preference (both compile CUDA for NVIDIA).
 NATIVE = {"NVIDIA": ("cupy", "numba")}
-#: Default workloads as time shares of each phase on the baseline. Only portkern's kernels are phases:
-#: the policy network's forward/backward is outside them, so these are the kernel part of an RL loop.
-DEFAULT_MIXES: dict[str, dict[str, float]] = {
-    "physics-heavy": {"step:Acrobot-v1": 0.80, "gae": 0.10, "normalize": 0.05, "gather": 0.05},
-    "update-heavy": {"step:CartPole-v1": 0.20, "gae": 0.25, "discounted_returns": 0.05, "normalize": 0.20,
-                     "gather": 0.30},
-}  # fmt: skip
+#: The shipped workload mixes: time shares of portkern's kernel phases measured in training runs (``portkern
+#: train``; python -m portkern.portability.training derive-mixes writes the file). The PPO's forward, backward and
+#: optimizer step, data movement and setup are not portkern kernels: the mixes are the kernel part of an RL loop.
+MIXES_FILE = "data/workload_mixes.json"
+
+
+def _shipped_mixes() -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    from importlib import resources
+
+    where = f"portkern/{MIXES_FILE}"
+    try:
+        data = json.loads(resources.files("portkern").joinpath(MIXES_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RuntimeError(f"{where}: the shipped workload mixes cannot be read ({exc}); reinstall portkern") from None
+    mixes, source = training.read_mixes(data, where)
+    check_mixes(mixes, where)
+    return {k: dict(v) for k, v in mixes.items()}, source
 
 DEFINITIONS = {
     "throughput": "T = items per launch / the median over the case's interleaved rounds of the seconds per "
@@ -87,7 +97,11 @@ DEFINITIONS = {
                 "ratio = W(b) / W(baseline), baseline as for kernels (native, else the backend with the highest "
                 "W); throughput penalty p = 1 - ratio; app. eff. = W(b) / max W, the figure the PP table "
                 "averages. Ratio and app. eff. are the same number unless a native baseline is slower than the "
-                "best backend.",
+                "best backend. The default mixes train:<task> are measured: the shares of portkern's kernel "
+                "phases (step:<task> = env stepping, gae = advantages, normalize and gather = those parts of the "
+                "update) in the wall time of `portkern train` runs of one stack (portkern/data/workload_mixes.json "
+                "names the file, stack and seeds), renormalised to sum 1; the covered share (their sum before "
+                f"renormalising) is given beside each table. Left out: {training.MIX_EXCLUDED}.",
     "throughput penalty": "p = 1 - ratio, per kernel and per workload (negative when the port is faster).",
     "stack class": "how deep a stack's kernels go (DESIGN.md): framework eager (NumPy, torch), framework compiled "
                    "(torch.compile), custom kernels (OpenCL, CuPy, Numba; one launch per step), fused custom "
@@ -155,7 +169,8 @@ def _order(backends: set[str]) -> list[str]:
 
 
 def parse_mix(text: str) -> dict[str, dict[str, float]]:
-    """``--mix`` value: a JSON file of {name: {kernel: share}} or ``name=kernel:share,kernel:share``."""
+    """``--mix`` value: a JSON file of {name: {kernel: share}} (or a portkern-mixes/1 file, as
+    ``python -m portkern.portability.training derive-mixes`` writes) or ``name=kernel:share,kernel:share``."""
     if "=" in text and not Path(text).exists():
         name, _, body = text.partition("=")
         try:
@@ -174,16 +189,38 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
             raise ValueError(f"--mix {text}: not a readable JSON file of {{name: {{kernel: share}}}} ({exc})") from None
         if not isinstance(mixes, dict):
             raise ValueError(f"--mix {text}: expected a JSON object {{name: {{kernel: share}}}}, got {type(mixes).__name__}")
+        if "schema" in mixes:
+            mixes = training.read_mixes(mixes, f"--mix {text}")[0]
+    check_mixes(mixes, "--mix")
+    return mixes
+
+
+def check_mixes(mixes: Mapping[str, Any], where: str) -> None:
+    """Every mix a non-empty {kernel: share} of known kernels, shares >= 0 with a positive sum."""
     for name, phases in mixes.items():
         if not isinstance(phases, dict) or not phases:
-            raise ValueError(f"--mix {name!r}: expected {{kernel: share}}, got {phases!r}")
+            raise ValueError(f"{where} {name!r}: expected {{kernel: share}}, got {phases!r}")
         unknown = set(phases) - set(KERNEL_ORDER)
         if unknown:
-            raise ValueError(f"--mix {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(BASE_KERNELS)} "
+            raise ValueError(f"{where} {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(BASE_KERNELS)} "
                              f"and rollout:<env>:<host|device|fused>[:mlp]")  # fmt: skip
         if any(not (isinstance(w, (int, float)) and w >= 0) for w in phases.values()) or sum(phases.values()) <= 0:
-            raise ValueError(f"--mix {name!r}: shares must be numbers >= 0 with a positive sum, got {phases}")
-    return mixes
+            raise ValueError(f"{where} {name!r}: shares must be numbers >= 0 with a positive sum, got {phases}")
+
+
+DEFAULT_MIXES, DEFAULT_MIXES_SOURCE = _shipped_mixes()
+
+
+def mix_origin(name: str, shares: Mapping[str, float]) -> dict[str, Any]:
+    """Where a mix came from: measured (a shipped mix, unchanged) with its source and covered share, or given."""
+    if name in DEFAULT_MIXES and dict(shares) == DEFAULT_MIXES[name]:
+        src = DEFAULT_MIXES_SOURCE
+        task = next((t for t, v in src.get("tasks", {}).items() if v.get("mix") == name), None)
+        info = src.get("tasks", {}).get(task, {})
+        return {"kind": "measured", "file": src.get("file"), "stack": src.get("stack"), "task": task,
+                "seeds": info.get("seeds"), "basis": info.get("basis"), "covered": info.get("covered"),
+                "excluded": src.get("excluded", training.MIX_EXCLUDED)}  # fmt: skip
+    return {"kind": "given", "file": None, "covered": None}
 
 
 # ---- per-round arithmetic ----------------------------------------------------------------------
@@ -409,7 +446,8 @@ def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> d
                            _iv(_harmonic_rounds([vec.get((k, b, d)) for d in real])))  # fmt: skip
     pp_arch = {b: {k: metrics.pennycook_pp({d: eff(k, b, d, "arch_eff") for d in real}) if real else 0.0
                    for k in kernels} for b in backends_all}  # fmt: skip
-    workloads = {m: workload(shares, real, picked, backends_all) for m, shares in mixes.items()}
+    workloads = {m: {**workload(shares, real, picked, backends_all), "origin": mix_origin(m, shares)}
+                 for m, shares in mixes.items()}  # fmt: skip
     rep = {
         "schema": REPORT_SCHEMA, "sources": run.path.split(", "), "machines": run.machine,
         "quick": run.quick, "runs": run.meta, "interval_method": metrics.INTERVAL_METHOD,
@@ -770,9 +808,11 @@ def _verdict_text(r: dict[str, Any]) -> str:
 
 def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """The tables a person reads first (also printed by the CLI): summary, functional matrix, ratios, PP."""
+    tables: dict[str, tuple[list[str], list[list[str]]]] = {}
+    if "functional" not in rep:  # training files only
+        return training_tables(rep)
     cols = list(rep["functional"])
     fkernels = rep.get("functional_kernels", rep["kernels"])
-    tables: dict[str, tuple[list[str], list[list[str]]]] = {}
     if rep.get("summary"):
         note = [["**Indicative only** (a --quick run): " + ", ".join(rep["quick"])]] if rep.get("quick") else []
         tables[SUMMARY_TITLE] = (["finding"], note + [[f"**{f['title']}**: {f['text']}"] for f in rep["summary"]])
@@ -798,7 +838,22 @@ def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]
            for m, w in rep["workloads"].items()])  # fmt: skip
     if rep.get("data_paths", {}).get("rows"):
         tables[DATA_PATHS_TITLE] = data_paths_table(rep)
+    tables.update(training_tables(rep))
     return tables
+
+
+def training_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """One table per (task, hardware) of the training section."""
+    return {f"{training.TITLE}: {g['task']} on {g['hardware_key']}": training.table(g)
+            for g in (rep.get("training") or {}).get("groups", [])}
+
+
+def _training_only_markdown(rep: dict[str, Any]) -> str:
+    out = ["# portkern portability report", "", f"Training files: {', '.join(rep['sources'])} (machines: "
+           f"{rep['machines']}). No bench runs among the inputs: this report has the training section only.", ""]
+    out += training.markdown(rep["training"])
+    out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
+    return "\n".join(out) + "\n"
 
 
 SUMMARY_TITLE = "Summary"
@@ -842,7 +897,20 @@ def spectrum_table(rep: dict[str, Any], device: str) -> tuple[list[str], list[li
     return ["kernel", "size"] + [f"{c}: best items/s (who): vs best class" for c in classes], body
 
 
+def mix_note(origin: Mapping[str, Any] | None) -> str:
+    """Beside a workload's shares: where they were measured, the share of the wall time they cover, what is out."""
+    if not origin or origin.get("kind") != "measured":
+        return " (a given mix: not measured)" if origin else ""
+    seeds = ",".join(str(x) for x in origin.get("seeds") or [])
+    cov = origin.get("covered")
+    return (f". Measured: kernel phases of the {origin.get('stack')} stack's training on {origin.get('task')} "
+            f"({origin.get('file')}, seeds {seeds}, {origin.get('basis')}), covering "
+            f"{'?' if cov is None else f'{100 * cov:.1f}%'} of its wall time; left out: {origin.get('excluded')}.")
+
+
 def markdown(rep: dict[str, Any]) -> str:
+    if "functional" not in rep:
+        return _training_only_markdown(rep)
     out = ["# portkern portability report", ""]
     if rep.get("quick"):
         out += [f"> **Indicative only.** {', '.join(rep['quick'])} "
@@ -872,7 +940,7 @@ def markdown(rep: dict[str, Any]) -> str:
         out += ["", "Backends not available in these runs (not measured; on a device in the set they make PP 0):", ""]
         out += [f"* {u['backend']} on {u['machine']}: {u['reason']}" for u in rep["unavailable"]]
     for title, (header, rows) in headline(rep).items():
-        if title in (DATA_PATHS_TITLE, SUMMARY_TITLE):
+        if title in (DATA_PATHS_TITLE, SUMMARY_TITLE) or title.startswith(training.TITLE):
             continue
         out += ["", f"## {title}", ""] + _table(header, rows)
     out += ["", "## Workload throughput penalty", "",
@@ -881,7 +949,8 @@ def markdown(rep: dict[str, Any]) -> str:
             "workload and is what the PP table's workload row averages. They are the same number unless a native "
             "baseline is slower than the best backend."]
     for m, w in rep["workloads"].items():
-        out += ["", f"**{m}**: " + ", ".join(f"{k} {100 * s:.0f}%" for k, s in w["shares"].items()), ""]
+        out += ["", f"**{m}**: " + ", ".join(f"{k} {100 * s:.0f}%" for k, s in w["shares"].items())
+                + mix_note(w.get("origin")), ""]
         out += _table(["device", "backend", "ratio [interval]", "throughput penalty [interval]", "app. eff. [interval]",
                        "vs baseline"],
                       [[d, b, _with(v["ratio"], v.get("ratio_interval"), True),
@@ -915,6 +984,8 @@ def markdown(rep: dict[str, Any]) -> str:
                     for s in dp["spread"]]  # fmt: skip
     else:
         out += ["No rollout cases in these runs (bench/test_rollout_paths.py; `portkern bench` runs them)."]
+    if rep.get("training"):
+        out += [""] + training.markdown(rep["training"])
     out += ["", "## Re-tune penalty", ""]
     if rep["retune"]:
         out += _table(["backend", "kernel", "tuned on", "run on", "config", "target's best", "penalty"],
@@ -1034,6 +1105,25 @@ def write_comparison(run_a: str, run_b: str, out: str | Path,
     return cmp
 
 
+def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """The report of any mix of bench run files and training files (told apart by the training file's
+    ``schema``); training files add the ``training`` section, and alone make a report of it only."""
+    kinds = [training.is_train_file(p) for p in paths]
+    runs = [load_run(p) for p, t in zip(paths, kinds) if not t]
+    trains = [(str(p), training.load_train(p)) for p, t in zip(paths, kinds) if t]
+    tr = training.summarise(trains) if trains else None
+    if runs:
+        rep = build(merge(runs), mixes)
+        if tr is not None:
+            rep["training"] = tr
+            rep["sources"] = [str(p) for p in paths]
+            rep["definitions"] = {**rep["definitions"], **training.DEFINITIONS}
+        return rep
+    machines = sorted({str(d["host"].get("machine", "?")) for _, d in trains})
+    return {"schema": REPORT_SCHEMA, "sources": [str(p) for p in paths], "machines": ", ".join(machines),
+            "quick": [], "runs": {}, "definitions": dict(training.DEFINITIONS), "training": tr}  # fmt: skip
+
+
 def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,
           extra_files: Mapping[str, str] | None = None, source_names: list[str] | None = None) -> dict[str, Any]:
     """Load and check every run first, then write report.md/json and plots into a temp dir in ``out_dir``
@@ -1042,8 +1132,7 @@ def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping
     ``source_names`` replaces the run paths in the report (a run copied into ``out_dir`` is
     named where it ends up, not where it was written first).
     """
-    runs = [load_run(p) for p in run_paths]  # raises before anything is written
-    rep = build(merge(runs), mixes)
+    rep = build_all(run_paths, mixes)  # raises before anything is written
     if source_names is not None:
         rep["sources"] = list(source_names)
     out = Path(out_dir)
