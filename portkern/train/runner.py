@@ -167,6 +167,22 @@ def prime(task: TaskConfig, spec: StackSpec) -> float:
     return time.perf_counter() - t0
 
 
+def code_revision() -> str | None:
+    """The git commit of the portkern checkout running (with "+dirty" for local changes), or None (a wheel)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here.parent, capture_output=True,
+                               text=True, timeout=5).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def host_info() -> dict[str, Any]:
     from ..portability import suite
 
@@ -213,7 +229,8 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted after {len(runs)} of {len(plan)} runs: nothing written to {out}") from None
     doc = {
-        "schema": TRAIN_SCHEMA, "portkern_version": __version__, "created": started, "command": command,
+        "schema": TRAIN_SCHEMA, "portkern_version": __version__, "code_revision": code_revision(),
+        "created": started, "command": command,
         "config": {"source": config_source, "version": tasks[0].version if tasks else None,
                    "tasks": {t.env_id: t.as_dict() for t in tasks}},
         "device_hour": DEVICE_HOUR, "phases": PHASES, "update_parts": UPDATE_PARTS,
