@@ -140,6 +140,37 @@ def test_scan_block_over_8192_envs_is_rejected(ocl):
         _run(ocl, "gae")
 
 
+@pytest.mark.parametrize("op", ["gae", "discounted_returns"])
+def test_a_work_group_too_large_for_its_private_carry_is_refused_not_launched(ocl, op):
+    """256 work-items x 8192 float32 carries each (8 MiB per group) crashed PoCL's CPU driver in `portkern tune`
+    (a segmentation fault inside the launch); the backend refuses it with the limit named, writes nothing, and
+    runs the same layout with a work-group that fits."""
+    saved = ocl.local_size
+    try:
+        ocl.scan_vector_width, ocl.scan_vectors_per_item, ocl.local_size = 16, 512, 256
+        rng = np.random.default_rng(1)
+        r, v, nv, term, trunc = _rollout((2, 2 * 8192), "float32", rng)
+        dev = [ocl.from_host(a) for a in (r, v, nv, term, trunc)]
+        out = ocl.zeros(r.shape, np.float32)
+        out2 = ocl.zeros(r.shape, np.float32)
+        call = (lambda: ocl.gae(*dev, out, out2, 0.99, 0.95)) if op == "gae" else \
+            (lambda: ocl.discounted_returns(dev[0], dev[3], dev[4], ocl.from_host(nv[0].copy()), out, 0.99))
+        with pytest.raises(ValueError, match=r"local_size: 256 work-items .* exceed 2 MiB per work-group; use a "
+                                             r"local_size of at most 64"):
+            call()
+        assert not ocl.to_host(out).any()  # nothing launched
+        ocl.local_size = 64
+        call()
+        want = np.zeros(r.shape, np.float32)
+        if op == "gae":
+            npb.NumpyBackend().gae(r, v, nv, term, trunc, want, np.zeros_like(want), 0.99, 0.95)
+        else:
+            npb.NumpyBackend().discounted_returns(r, term, trunc, nv[0].copy(), want, 0.99)
+        np.testing.assert_array_equal(ocl.to_host(out), want)
+    finally:
+        ocl.local_size = saved
+
+
 def _run(b, op):
     rng = np.random.default_rng(0)
     if op == "gae":
