@@ -127,6 +127,25 @@ def test_factor_is_slowest_over_fastest_median_h_with_extreme_seed_range(section
     assert f["range"] == pytest.approx([3600 / 3000, 7200 / 2000])  # min slowest / max fastest .. max / min
 
 
+def test_throughput_factor_is_fastest_over_slowest_env_steps_per_second_over_every_seed(section: dict) -> None:
+    tf = _group(section, "CartPole-v1", td.CPU)["throughput_factor"]
+    # opencl 1500/1800/1600 steps/s (its unconverged seed counts: same rollout volume), torch 300 x3
+    assert (tf["fastest"], tf["slowest"]) == ("opencl", "torch")
+    assert tf["value"] == pytest.approx(1600 / 300) and tf["range"] == pytest.approx([1500 / 300, 1800 / 300])
+
+
+def test_a_factor_whose_seed_range_reaches_one_says_so() -> None:
+    cp = "CartPole-v1"
+    rs = [td.run(cp, "numpy", td.CPU, 1, 100.0, 100_000), td.run(cp, "numpy", td.CPU, 2, 300.0, 300_000),
+          td.run(cp, "opencl", td.POCL, 1, 150.0, 300_000), td.run(cp, "opencl", td.POCL, 2, 230.0, 500_000)]
+    sec = training.summarise([("t.json", td.doc(rs))])
+    f = _group(sec, cp, td.CPU)["factor"]
+    assert (f["slowest"], f["fastest"]) == ("numpy", "opencl")  # medians 200 s and 190 s
+    assert f["value"] == pytest.approx(200 / 190) and f["range"] == pytest.approx([100 / 230, 300 / 150])
+    text = "\n".join(training.markdown(sec))
+    assert "The range reaches 1x" in text and "no stack converges faster beyond it" in text
+
+
 def test_groups_are_per_task_and_hardware_and_list_each_stacks_driver(section: dict) -> None:
     assert [(g["task"], g["hardware_key"]) for g in section["groups"]] == [
         ("CartPole-v1", td.CPU), ("CartPole-v1", td.GPU), ("Acrobot-v1", td.CPU)]

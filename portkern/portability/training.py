@@ -231,10 +231,24 @@ def factor(stacks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     conv = [s for s in stacks if s["converged"]]
     if len(conv) < 2:
         return None
-    slow = max(conv, key=lambda s: s["H_s"])
-    fast = min(conv, key=lambda s: s["H_s"])
+    order = sorted(conv, key=lambda s: s["H_s"])  # two different stacks even when their medians tie
+    fast, slow = order[0], order[-1]
     return {"value": slow["H_s"] / fast["H_s"],
             "range": [slow["H_s_range"][0] / fast["H_s_range"][1], slow["H_s_range"][1] / fast["H_s_range"][0]],
+            "slowest": slow["stack"], "fastest": fast["stack"]}  # fmt: skip
+
+
+def throughput_factor(stacks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The same rollout volume: the fastest stack's median env-steps/s / the slowest's (every seed, converged or
+    not), with the range from the extreme seeds; free of the seeds' luck in env steps to converge."""
+    ok = [s for s in stacks if s.get("steps_per_s")]
+    if len(ok) < 2:
+        return None
+    order = sorted(ok, key=lambda s: s["steps_per_s"])
+    slow, fast = order[0], order[-1]
+    return {"value": fast["steps_per_s"] / slow["steps_per_s"],
+            "range": [fast["steps_per_s_range"][0] / slow["steps_per_s_range"][1],
+                      fast["steps_per_s_range"][1] / slow["steps_per_s_range"][0]],
             "slowest": slow["stack"], "fastest": fast["stack"]}  # fmt: skip
 
 
@@ -287,6 +301,7 @@ def summarise(docs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
             "task": task, "hardware_key": hw, "hardware_label": ident.get("device_label", hw),
             "kind": ident.get("kind", ""), "target": t.get("target"),
             "solve_window": (t.get("ppo") or {}).get("solve_window"), "stacks": stacks, "factor": factor(stacks),
+            "throughput_factor": throughput_factor(stacks),
             "untimed_over_tolerance": over,
         })  # fmt: skip
     defs = list(dict.fromkeys(doc["device_hour"] for _, doc in docs))
@@ -396,8 +411,16 @@ def markdown(tr: Mapping[str, Any]) -> list[str]:
         if f:
             lo, hi = f["range"]
             span = f" [{lo:.3g}–{hi:.3g}x]" if f"{lo:.3g}" != f"{hi:.3g}" else " (no spread over the seeds)"
+            verdict = ("" if lo > 1 else " The range reaches 1x: the seeds' spread in env steps to converge is as "
+                       "large as the stacks' difference, so no stack converges faster beyond it with these seeds.")
             out.append(f"Factor slowest / fastest stack: **{f['value']:.3g}x**{span} ({f['slowest']} slowest, "
-                       f"{f['fastest']} fastest, by median H).")
+                       f"{f['fastest']} fastest, by median H).{verdict}")
+            tf = g.get("throughput_factor")
+            if tf:
+                tlo, thi = tf["range"]
+                tv = "" if tlo > 1 else " (the range reaches 1x: within the seeds' spread)"
+                out.append(f"At the same rollout volume (env-steps/s, every seed): {tf['fastest']} "
+                           f"**{tf['value']:.3g}x** {tf['slowest']} [{tlo:.3g}–{thi:.3g}x]{tv}.")
         else:
             out.append("No factor between stacks: fewer than two stacks converged here.")
         primes = [f"{s['stack']} {s['prime_s']:.3g} s" for s in g["stacks"] if s.get("prime_s") is not None]
