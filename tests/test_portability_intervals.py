@@ -377,3 +377,32 @@ def test_backends_of_one_case_are_timed_in_the_same_rounds(tmp_path: Path) -> No
     stats = {b["extra_info"]["case_id"]: b["stats"] for b in data["benchmarks"]}
     assert all(stats[c["case_id"]]["rounds"] == 4 for c in cases)  # pytest-benchmark's own record has the rounds
     assert data["portkern"]["timing"]["rounds"] == 4 and data["portkern"]["schema"] == "portkern-bench/2"
+
+
+def _tuned(device: str, config: dict, round_s: tuple[float, ...]) -> Record:
+    return Record("gae", "opencl", device, 1024, "pass", config=config, items=1000, round_s=round_s,
+                  round_group=f"gae/{device}")  # fmt: skip
+
+
+def test_a_re_tune_penalty_has_the_interval_of_its_paired_rounds_and_a_verdict() -> None:
+    """On the target, the source's config and the target's best ran in the same rounds: the penalty's interval is
+    1 - their per-round ratio; it is within noise when it reaches 0."""
+    devices = {d: {"kind": "cpu"} for d in ("A", "B")}
+    a, b = {"local_size": 64}, {"local_size": 256}
+    recs = [
+        # on A (the source), config a wins by far
+        _tuned("A", a, (1.0,) * 10), _tuned("A", b, (2.0,) * 10),
+        # on B, config b is best: a takes 1.25x its time in every round but two (drift shared within a round)
+        _tuned("B", a, (1.25, 2.5, 1.25, 1.25, 1.25, 1.25, 1.25, 1.25, 1.0, 1.0)),
+        _tuned("B", b, (1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)),
+    ]
+    rows = report.retune(recs, devices)
+    row = next(r for r in rows if (r["source"], r["target"]) == ("A", "B"))
+    assert row["config"] == a and row["target_best_config"] == b
+    assert row["penalty"] == pytest.approx(1 - 1 / 1.25)  # medians: 1/1.25 vs 1/1.0
+    lo, hi = row["penalty_interval"]
+    assert lo == pytest.approx(0.0) and hi == pytest.approx(0.2)  # 10th percentile of eight 0.2s and two 0s
+    assert row["verdict"] == "within noise"  # two rounds in ten the two ran alike: the interval reaches 0
+    back = next(r for r in rows if (r["source"], r["target"]) == ("B", "A"))
+    assert back["penalty"] == pytest.approx(0.5) and back["penalty_interval"] == pytest.approx([0.5, 0.5])
+    assert back["verdict"] == "beyond noise"

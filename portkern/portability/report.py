@@ -111,7 +111,9 @@ DEFINITIONS = {
                 "throughput each stack class reached, and its ratio to the best class, with the per-round interval.",
     "re-tune penalty": "1 - T(config tuned on source, run on target) / T(best config found on target), T the "
                        "throughput at the target's tuning size; in [0, 1) when the source's config runs on the "
-                       "target, 1 (marked) when it cannot.",
+                       "target, 1 (marked) when it cannot. Interval: 1 - the per-round ratio of the two "
+                       "configurations, timed in the same interleaved rounds on the target; \"within noise\" "
+                       "when it reaches 0 (the source's configuration is not slower beyond noise).",
     "data paths": "one rollout of T steps of N envs with a policy choosing actions (VectorEnv.rollout), three ways: "
                   "host = the obs come back to the host every step, the policy runs there (NumPy) and the "
                   "actions go down; device = the env state stays on the device, one kernel launch per step "
@@ -732,16 +734,25 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
             if best <= 0:
                 continue
             there = tgt_space.get(tuned.config_key)
+            best_rec = max((r for r in tgt_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0)
+            interval = None
             if there is None:
                 note, t = "source configuration not in the target's search", None
             else:
                 t = there.items_per_s if there.status == "pass" else 0.0
                 note = "" if there.status == "pass" else f"does not run on target ({there.status}: {there.reason})"
+                if there.status == "pass" and there.round_group and there.round_group == best_rec.round_group:
+                    # Both configurations ran in the same interleaved rounds on the target: pair them.
+                    pair = metrics.aligned([there.round_rates, best_rec.round_rates])
+                    if pair is not None:
+                        interval = metrics.spread(1.0 - pair[:, 0] / pair[:, 1])
             out.append({
                 "backend": b, "kernel": k, "source": src, "target": tgt, "config": tuned.config,
-                "target_best_config": max((r for r in tgt_space.values() if r.status == "pass"),
-                                          key=lambda r: r.items_per_s or 0.0).config,
+                "target_best_config": best_rec.config,
                 "penalty": None if t is None else metrics.retune_penalty(t, best), "note": note,
+                "penalty_interval": interval,
+                "verdict": ("no interval" if interval is None else
+                            "beyond noise" if interval[0] > 0 else "within noise"),
             })  # fmt: skip
     return out
 
@@ -992,6 +1003,9 @@ def markdown(rep: dict[str, Any]) -> str:
                       [[r["backend"], r["kernel"], r["source"], r["target"], json.dumps(r["config"]),
                         json.dumps(r["target_best_config"]),
                         (_fmt(r["penalty"], True) if r["penalty"] is not None else "–")
+                        + (f" [{100 * r['penalty_interval'][0]:.1f}–{100 * r['penalty_interval'][1]:.1f}%]"
+                           if r.get("penalty_interval") else "")
+                        + (" (within noise)" if r.get("verdict") == "within noise" else "")
                         + (f" † {r['note']}" if r["note"] else "")] for r in rep["retune"]])  # fmt: skip
     else:
         out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
