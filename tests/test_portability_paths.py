@@ -136,6 +136,21 @@ def test_mlp_flips_beyond_rounding_fail() -> None:
     assert suite._compare_paths(got, want, discrete=True, exact=False).status == "fail"
 
 
+@pytest.mark.parametrize(("step", "error", "drift", "status"), [
+    (5, 5e-5, False, "fail"),  # rounding drift over many steps: beyond RTOL/ATOL
+    (5, 5e-5, True, "pass"),   # a backend whose paths agree to rounding: within the drift bound after PARITY_STEPS
+    (1, 5e-5, True, "fail"),   # but not in the first steps from the reset
+    (5, 0.05, True, "fail"),   # and never an error the size of a wrong step
+])  # fmt: skip
+def test_rounding_drift_is_allowed_only_after_the_first_steps_and_only_small(step, error, drift, status) -> None:
+    want = _buffer(steps=8)
+    got = {k: v.copy() for k, v in want.items()}
+    got["obs"][step, 3, 0] = np.float32(0.01)
+    want["obs"][step, 3, 0] = np.float32(0.01 + error)
+    parity = suite._compare_paths(got, want, discrete=False, exact=False, drift=drift)
+    assert parity.status == status, parity
+
+
 # ---- the report's Data paths section -------------------------------------------------------------
 def test_fused_and_device_factors_against_host_hand_computed(rep: dict, run: Run) -> None:
     row = _row(rep, "opencl", "CartPole-v1")
