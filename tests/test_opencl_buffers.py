@@ -171,6 +171,23 @@ def test_a_work_group_too_large_for_its_private_carry_is_refused_not_launched(oc
         ocl.local_size = saved
 
 
+def test_a_tuned_work_group_too_large_for_float64_carry_is_halved_not_refused(ocl, monkeypatch):
+    """A tuned local_size measured in float32 (64 x 32 KiB) holds twice the carry in float64: the default is
+    halved until it fits, and the result is the reference's, bit for bit."""
+    from portkern import tuning
+
+    if not ocl.supports_float64:
+        pytest.skip(f"{ocl.device_name}: no float64")
+    ocl.scan_vector_width, ocl.scan_vectors_per_item = 16, 512
+    assert ocl.knob_setting("local_size") == tuning.TUNED
+    monkeypatch.setattr(ocl, "_ranges", lambda n, kernel=None: ((-(-n // 64) * 64,), (64,)))  # a tuned 64
+    r, v, nv, term, trunc = _rollout((3, 3 * 8192), "float64", np.random.default_rng(2))
+    got = buffer.gae(r, v, nv, term, trunc, gamma=0.99, lam=0.95, backend=ocl)
+    want = buffer.gae(r, v, nv, term, trunc, gamma=0.99, lam=0.95, backend="numpy")
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(ocl.to_host(g), w)
+
+
 def _run(b, op):
     rng = np.random.default_rng(0)
     if op == "gae":

@@ -670,19 +670,28 @@ class OpenCLBackend(Backend):
     #: work-item, live across the whole loop over t). PoCL's CPU driver runs a work-group on one thread's
     #: stack: 256 work-items x 32 KiB of carry (8 MiB) crashed it with a segmentation fault, 4 MiB ran, and
     #: nothing it advertises says so (CL_KERNEL_PRIVATE_MEM_SIZE 1 KiB, work-group size 4096). A larger
-    #: work-group is refused here with an error, never launched; half the largest size seen to run.
+    #: work-group is never launched (_launch_scan); the bound is half the largest size seen to run.
     _MAX_GROUP_CARRY = 2 << 20
 
-    def _check_scan_group(self, op: str, kernel: Any, items: int, envs: int, dtype: Any) -> None:
-        _, ls = self._ranges(items, kernel)
+    def _launch_scan(self, op: str, kernel: Any, items: int, envs: int, dtype: Any, *args: Any) -> None:
+        """Launch a buffer scan with a work-group whose private carry fits (_MAX_GROUP_CARRY): a tuned default
+        that does not (measured in float32, run in float64) is halved until it does; a local_size set by hand
+        that does not is refused with the largest that fits, before anything runs."""
+        gs, ls = self._ranges(items, kernel)
         carry = envs * np.dtype(dtype).itemsize
         if ls is not None and ls[0] * carry > self._MAX_GROUP_CARRY:
             most = max(1, self._MAX_GROUP_CARRY // carry)
-            raise ValueError(
-                f"local_size: {ls[0]} work-items of {op} with {envs} envs each ({carry // 1024} KiB of private "
-                f"carry per work-item) exceed {self._MAX_GROUP_CARRY >> 20} MiB per work-group; use a local_size "
-                f"of at most {most}, or fewer scan_vectors_per_item"
-            )
+            setting = self.knob_setting("local_size")
+            if not (isinstance(setting, str) and setting == tuning.TUNED):
+                raise ValueError(
+                    f"local_size: {ls[0]} work-items of {op} with {envs} envs each ({carry // 1024} KiB of private "
+                    f"carry per work-item) exceed {self._MAX_GROUP_CARRY >> 20} MiB per work-group; use a "
+                    f"local_size of at most {most}, or fewer scan_vectors_per_item"
+                )
+            size = 1 << int(math.log2(most))
+            gs, ls = (-(-items // size) * size,), (size,)
+        if items > 0:
+            kernel(self.queue, gs, ls, *args)
 
     def _scan_options(self, op: str, dtype: Any) -> tuple[tuple[str, ...], int]:
         """Build options of gae / discounted_returns and the envs each work-item owns."""
@@ -707,10 +716,9 @@ class OpenCLBackend(Backend):
         steps, n = shape
         opts, envs = self._scan_options("gae", dt)
         k = self._kernel("gae.cl", "pk_gae", opts)
-        self._check_scan_group("gae", k, -(-n // envs), envs, dt)
         # gamma * lam is rounded in the env dtype on the host exactly as the reference does.
-        self._launch(
-            k, -(-n // envs), rewards.data, values.data, next_values.data, terminated.data, truncated.data,
+        self._launch_scan(
+            "gae", k, -(-n // envs), envs, dt, rewards.data, values.data, next_values.data, terminated.data, truncated.data,
             advantages.data, returns.data, T(gamma), T(T(gamma) * T(lam)), np.int32(steps), np.int32(n),
         )  # fmt: skip
 
@@ -726,9 +734,8 @@ class OpenCLBackend(Backend):
         self._check_array(bootstrap, "bootstrap", dt, shape if per_step else (n,))
         opts, envs = self._scan_options("discounted_returns", dt)
         k = self._kernel("discounted_returns.cl", "pk_discounted_returns", opts)
-        self._check_scan_group("discounted_returns", k, -(-n // envs), envs, dt)
-        self._launch(
-            k, -(-n // envs), rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
+        self._launch_scan(
+            "discounted_returns", k, -(-n // envs), envs, dt, rewards.data, terminated.data, truncated.data, bootstrap.data, out.data,
             dt.type(gamma), np.int32(per_step), np.int32(steps), np.int32(n),
         )  # fmt: skip
 
