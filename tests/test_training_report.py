@@ -207,6 +207,18 @@ def test_bench_and_training_files_together_add_the_section_to_the_full_report(tr
     assert (tmp_path / "train-phases-CartPole-v1.png").exists() and (tmp_path / "ratios.png").exists()
 
 
+def test_the_summary_leads_with_the_training_factor_and_keeps_three_findings(train_file: Path,
+                                                                             tmp_path: Path) -> None:  # fmt: skip
+    rep = report.write([str(BENCH_RUN), str(train_file)], tmp_path)
+    first = rep["summary"][0]
+    assert first["title"].startswith("Training") and len(rep["summary"]) <= 3
+    # CartPole on the CPU: opencl 2500 s [2000-3000] fastest, numpy 5400 s [3600-7200] slowest (tests above)
+    assert "CartPole-v1 on box/cpu: opencl 2,500 device-s [2,000–3,000]" in first["text"]
+    assert "numpy 5,400 [3,600–7,200]: 2.16x [1.2–3.6x]" in first["text"]
+    md = (tmp_path / "report.md").read_text()
+    assert md.index("## Summary") < md.index("1. **Training") < md.index("## Functional portability")
+
+
 def test_a_bench_only_report_has_no_training_section(tmp_path: Path) -> None:
     rep = report.write([str(BENCH_RUN)], tmp_path)
     assert "training" not in rep and not list(tmp_path.glob("train-phases-*.png"))

@@ -864,6 +864,9 @@ def training_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list
 def _training_only_markdown(rep: dict[str, Any]) -> str:
     out = ["# portkern portability report", "", f"Training files: {', '.join(rep['sources'])} (machines: "
            f"{rep['machines']}). No bench runs among the inputs: this report has the training section only.", ""]
+    found = training.finding(rep["training"])
+    if found:
+        out += [f"## {SUMMARY_TITLE}", "", f"1. **{found['title']}**: {found['text']}", ""]
     out += training.markdown(rep["training"])
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
@@ -1134,6 +1137,9 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
             rep["training"] = tr
             rep["sources"] = [str(p) for p in paths]
             rep["definitions"] = {**rep["definitions"], **training.DEFINITIONS}
+            found = training.finding(tr)
+            if found:  # the biggest input of the cost model comes first; still three findings
+                rep["summary"] = [found, *rep["summary"]][:3]
         return rep
     machines = sorted({str(d["host"].get("machine", "?")) for _, d in trains})
     return {"schema": REPORT_SCHEMA, "sources": [str(p) for p in paths], "machines": ", ".join(machines),

@@ -382,6 +382,27 @@ def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
 
 
+def finding(tr: Mapping[str, Any]) -> dict[str, str] | None:
+    """The report summary's training finding: per task and hardware, the fastest and slowest stack by median H
+    and the factor with its seed range (None without two converged stacks anywhere)."""
+    parts = []
+    for g in tr.get("groups", []):
+        f = g.get("factor")
+        if not f:
+            continue
+        by = {s["stack"]: s for s in g["stacks"]}
+        fast, slow = by[f["fastest"]], by[f["slowest"]]
+        lo, hi = f["range"]
+        noise = "; within the seeds' spread" if lo <= 1 else ""
+        parts.append(f"{g['task']} on {g['hardware_key']}: {f['fastest']} {_g(fast['H_s'])} device-s "
+                     f"[{_g(fast['H_s_range'][0])}–{_g(fast['H_s_range'][1])}] per converged policy, {f['slowest']} "
+                     f"{_g(slow['H_s'])} [{_g(slow['H_s_range'][0])}–{_g(slow['H_s_range'][1])}]: "
+                     f"{f['value']:.3g}x [{lo:.3g}–{hi:.3g}x]{noise}")  # fmt: skip
+    if not parts:
+        return None
+    return {"title": "Training (device-hours per converged policy, fastest vs slowest stack)", "text": "; ".join(parts) + "."}
+
+
 def markdown(tr: Mapping[str, Any]) -> list[str]:
     """The report.md section."""
     defs = tr["device_hour"] if isinstance(tr["device_hour"], list) else [tr["device_hour"]]
