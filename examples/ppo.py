@@ -68,6 +68,7 @@ def train(args: argparse.Namespace) -> RunResult:
 
 
 def report(args: argparse.Namespace, result: RunResult) -> str:
+    task = task_of(args)
     total = result.wall_s
     lines = ["", f"{args.env_id} on {result.stack} ({result.device_key}), seed {result.seed}",
              "phase breakdown (wall seconds, share of total):"]  # fmt: skip
@@ -77,11 +78,11 @@ def report(args: argparse.Namespace, result: RunResult) -> str:
     if result.compile_s:
         label = "of which compiling (torch.compile, in the phases above)"
         lines.append(f"  {result.compile_s:8.2f} s  {100 * result.compile_s / total:5.1f} %  {label}")
-    target = task_of(args).target
+    target = task.target
     lines += [
         f"env steps: {result.env_steps}  episodes: {result.episodes}  wall time: {total:.1f} s  "
         f"({result.steps_per_s:.0f} steps/s)",
-        f"final mean return (last {task_of(args).ppo.solve_window} finished episodes): {result.final_return:.1f}",
+        f"final mean return (last {task.ppo.solve_window} finished episodes): {result.final_return:.1f}",
         f"{'SOLVED' if result.converged else 'NOT SOLVED'}: {args.env_id} (target {target:g}; {result.stop_reason})",
     ]
     if result.converged and math.isfinite(result.wall_s):

@@ -18,6 +18,8 @@ from portkern.backends import probe
 from portkern.portability import cost, metrics, report, suite
 from portkern.portability.runs import Record, load_run
 
+from .mixes import HAND_MIXES
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 XEON = DATA / "synthetic-xeon-two-drivers-run.json"  # one CPU, PoCL + Intel OpenCL, NumPy + torch on the host
@@ -25,13 +27,6 @@ H200 = DATA / "synthetic-h200-run.json"
 OLD = DATA / "run-ci-vm-tune-tiny.json"  # schema 1: no per-round data
 POCL, INTEL, HOST = ("synthetic-xeon/cpu/portable-computing-language", "synthetic-xeon/cpu/intel-opencl",
                      "synthetic-xeon/cpu")  # fmt: skip
-#: The hand-written mixes that were the defaults before the measured ones (portkern/data/workload_mixes.json),
-#: fixed here so these tests of the workload arithmetic do not move when the shipped mixes are re-derived.
-HAND_MIXES = {
-    "physics-heavy": {"step:Acrobot-v1": 0.80, "gae": 0.10, "normalize": 0.05, "gather": 0.05},
-    "update-heavy": {"step:CartPole-v1": 0.20, "gae": 0.25, "discounted_returns": 0.05, "normalize": 0.20,
-                     "gather": 0.30},
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

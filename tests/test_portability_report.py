@@ -11,17 +11,12 @@ import pytest
 from portkern.portability import cost, report
 from portkern.portability.runs import RunFileError, load_run, merge
 
+from .mixes import HAND_MIXES
+
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "run-ci-vm-tune-tiny.json"  # portkern tune --quick --sizes 256,2048 --machine ci-vm
 SYNTHETIC = DATA / "synthetic-h200-run.json"  # made by data/make_synthetic_run.py; not a measurement
 CPU, GPU = "ci-vm/cpu", "synthetic-h200/nvidia-h200/nvidia-cuda"  # OpenCL on the H200, CuPy beside it
-#: The hand-written mixes that were the defaults before the measured ones (portkern/data/workload_mixes.json),
-#: fixed here so these tests of the workload arithmetic do not move when the shipped mixes are re-derived.
-HAND_MIXES = {
-    "physics-heavy": {"step:Acrobot-v1": 0.80, "gae": 0.10, "normalize": 0.05, "gather": 0.05},
-    "update-heavy": {"step:CartPole-v1": 0.20, "gae": 0.25, "discounted_returns": 0.05, "normalize": 0.20,
-                     "gather": 0.30},
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

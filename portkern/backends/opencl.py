@@ -341,7 +341,7 @@ class OpenCLBackend(Backend):
     def knob_in_force(self, knob: str, kernel: str) -> tuning.Resolved:
         """The knob's value in the launches of benchmark kernel ``kernel``, and its source: the
         attribute when set, else the tuned entry those launches read (see _knob_entry)."""
-        value = self._reduce_wg if knob == "reduce_wg" else getattr(self, knob)
+        value = self.knob_setting(knob)
         if not (isinstance(value, str) and value == tuning.TUNED):
             return tuning.Resolved(value, "attribute", "")
         entry, family = self._knob_entry(knob, kernel)

@@ -732,11 +732,12 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
         for (b2, k2, tgt), tgt_space in space.items():
             if (b2, k2) != (b, k) or tgt == src:
                 continue
-            best = max((r.items_per_s or 0.0 for r in tgt_space.values() if r.status == "pass"), default=0.0)
+            best_rec = max((r for r in tgt_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0,
+                           default=None)  # fmt: skip
+            best = (best_rec.items_per_s or 0.0) if best_rec is not None else 0.0
             if best <= 0:
                 continue
             there = tgt_space.get(tuned.config_key)
-            best_rec = max((r for r in tgt_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0)
             interval = None
             if there is None:
                 note, t = "source configuration not in the target's search", None

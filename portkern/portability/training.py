@@ -69,6 +69,11 @@ def _is(value: Any, t: Any) -> bool:
     return isinstance(value, types)
 
 
+def _mistyped(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
+    """The first key of ``spec`` whose value in ``obj`` is not of the declared type(s), or None."""
+    return next((k for k, t in spec.items() if not _is(obj[k], t)), None)
+
+
 def is_train_file(path: str | Path) -> bool:
     """Whether ``path`` is meant as a training file: a JSON object whose ``schema`` names portkern-train.
 
@@ -105,9 +110,9 @@ def load_train(path: str | Path) -> dict[str, Any]:
     missing = [k for k in _TOP_KEYS if k not in doc]
     if missing:
         raise fail(f"missing top-level keys {missing}; a {TRAIN_SCHEMA} file has {', '.join(_TOP_KEYS)}")
-    for k, t in _TOP_KEYS.items():
-        if not _is(doc[k], t):
-            raise fail(f"'{k}' must be {_type_name(t)}, got {type(doc[k]).__name__}")
+    bad = _mistyped(doc, _TOP_KEYS)
+    if bad:
+        raise fail(f"'{bad}' must be {_type_name(_TOP_KEYS[bad])}, got {type(doc[bad]).__name__}")
     tasks = doc["config"].get("tasks")
     if not isinstance(tasks, dict) or not tasks:
         raise fail("'config.tasks' must be a non-empty object of env id -> task settings")
@@ -125,9 +130,9 @@ def load_train(path: str | Path) -> dict[str, Any]:
         missing = [k for k in _RUN_KEYS if k not in r]
         if missing:
             raise fail(f"{where} lacks {missing}")
-        for k, t in _RUN_KEYS.items():
-            if not _is(r[k], t):
-                raise fail(f"{where}.{k} must be {_type_name(t)}, got {r[k]!r}")
+        bad = _mistyped(r, _RUN_KEYS)
+        if bad:
+            raise fail(f"{where}.{bad} must be {_type_name(_RUN_KEYS[bad])}, got {r[bad]!r}")
         where = f"{where} ({r['task']} {r['stack']} seed {r['seed']})"
         if r["task"] not in tasks:
             raise fail(f"{where}: task {r['task']!r} is not in config.tasks ({', '.join(tasks)})")

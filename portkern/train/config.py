@@ -109,6 +109,18 @@ def _check_ppo(where: str, values: Mapping[str, Any]) -> PPOConfig:
     return ppo
 
 
+def _check_steps(where: str, steps: Any) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"{where}: expected an integer >= 1, got {steps!r}")
+    return steps
+
+
+def _check_seconds(where: str, secs: Any) -> float:
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not secs > 0:
+        raise ConfigError(f"{where}: expected a number > 0, got {secs!r}")
+    return float(secs)
+
+
 def parse(data: Any, source: str) -> dict[str, TaskConfig]:
     """Validate a config document (the JSON object) and return its tasks by env id."""
     from .. import envs
@@ -139,17 +151,13 @@ def parse(data: Any, source: str) -> dict[str, TaskConfig]:
         target = t.get("target")
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
             raise ConfigError(f"{where}.target: expected a finite number, got {target!r}")
-        steps = t.get("total_timesteps")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ConfigError(f"{where}.total_timesteps: expected an integer >= 1, got {steps!r}")
-        secs = t.get("max_seconds", math.inf)
-        if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not secs > 0:
-            raise ConfigError(f"{where}.max_seconds: expected a number > 0, got {secs!r}")
+        steps = _check_steps(f"{where}.total_timesteps", t.get("total_timesteps"))
+        secs = _check_seconds(f"{where}.max_seconds", t.get("max_seconds", math.inf))
         ppo_over = t.get("ppo", {})
         if not isinstance(ppo_over, dict):
             raise ConfigError(f"{where}.ppo: expected an object, got {type(ppo_over).__name__}")
         ppo = _check_ppo(f"{where}.ppo", {**defaults, **ppo_over})
-        out[env_id] = TaskConfig(env_id, float(target), steps, float(secs), bool(t.get("default", False)), ppo,
+        out[env_id] = TaskConfig(env_id, float(target), steps, secs, bool(t.get("default", False)), ppo,
                                  version, str(t.get("doc", "")))  # fmt: skip
     return out
 
@@ -185,8 +193,8 @@ def task(env_id: str, path: str | Path | None = None, **overrides: Any) -> TaskC
         raise ConfigError(f"overrides: unknown settings {sorted(unknown)}")
     ppo = _check_ppo("overrides", {**dataclasses.asdict(t.ppo), **{k: v for k, v in overrides.items() if k in ppo_fields}})
     rest = {k: v for k, v in overrides.items() if k in task_fields}
-    if "total_timesteps" in rest and (not isinstance(rest["total_timesteps"], int) or rest["total_timesteps"] < 1):
-        raise ConfigError(f"total_timesteps: expected an integer >= 1, got {rest['total_timesteps']!r}")
-    if "max_seconds" in rest and not (isinstance(rest["max_seconds"], (int, float)) and rest["max_seconds"] > 0):
-        raise ConfigError(f"max_seconds: expected a number > 0, got {rest['max_seconds']!r}")
+    if "total_timesteps" in rest:
+        rest["total_timesteps"] = _check_steps("total_timesteps", rest["total_timesteps"])
+    if "max_seconds" in rest:
+        rest["max_seconds"] = _check_seconds("max_seconds", rest["max_seconds"])
     return dataclasses.replace(t, ppo=ppo, **rest)

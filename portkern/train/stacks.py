@@ -109,6 +109,19 @@ class Stack:
     def warm_up(self, agent: Agent) -> None:
         """Run every kernel the stack will launch once, on a throwaway env of the same shape, so that compiling
         (OpenCL/NVRTC builds, torch.compile) happens in setup rather than inside the first timed phase."""
+        b = self.backend
+        if b is None:  # Gymnasium: nothing to compile
+            return
+        cfg = self.task.ppo
+        env = step.make(self.task.env_id, cfg.num_envs, backend=b, seed=self.seed)
+        env.reset()
+        if self.spec.mode == "fused":
+            env.rollout(1, agent.in_kernel_policy(), path="fused")
+        else:
+            env.step(np.zeros(cfg.num_envs, np.int32 if self.discrete else np.float32))
+        z, f = np.zeros((cfg.num_steps, cfg.num_envs), np.float32), np.zeros((cfg.num_steps, cfg.num_envs), np.bool_)
+        buffer.gae(*(b.from_host(a) for a in (z, z, z, f, f)), gamma=cfg.gamma, lam=cfg.gae_lambda, backend=b)
+        self.sync()
 
     def sync(self) -> None:
         """Wait for the stack's device work (the env's backend and the agent's torch device)."""
@@ -175,7 +188,6 @@ class GymnasiumStack(Stack):
             self.envs.close()
 
     def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
-        obs_np = store.obs.numpy()
         for t in range(store.obs.shape[0]):
             with timer("move"):
                 store.obs[t] = next_obs
@@ -196,7 +208,6 @@ class GymnasiumStack(Stack):
                     for i in np.flatnonzero(info["_final_obs"]):
                         final[i] = info["final_obs"][i]
                 store.final_obs[t] = torch.from_numpy(final)
-        del obs_np
         return next_obs
 
     def advantages(self, store: Storage, next_values: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,19 +229,6 @@ class PortkernStack(Stack):
             self.rollout_buf = self.env.rollout_buffer(self.task.ppo.num_steps)
         self.sync()
         return torch.from_numpy(self.backend.to_host(obs).astype(np.float32, copy=True))
-
-    def warm_up(self, agent: Agent) -> None:
-        cfg = self.task.ppo
-        env = step.make(self.task.env_id, cfg.num_envs, backend=self.backend, seed=self.seed)
-        env.reset()
-        if self.spec.mode == "fused":
-            env.rollout(1, agent.in_kernel_policy(), path="fused")
-        else:
-            env.step(np.zeros(cfg.num_envs, np.int32 if self.discrete else np.float32))
-        b, z = self.backend, np.zeros((cfg.num_steps, cfg.num_envs), np.float32)
-        f = np.zeros(z.shape, np.bool_)
-        buffer.gae(*(b.from_host(a) for a in (z, z, z, f, f)), gamma=cfg.gamma, lam=cfg.gae_lambda, backend=b)
-        self.sync()
 
     def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
         if self.spec.mode == "fused":
@@ -294,17 +292,6 @@ class TorchStack(Stack):
         self.agent_device = obs.device
         self.sync()
         return obs.clone()
-
-    def warm_up(self, agent: Agent) -> None:
-        cfg = self.task.ppo
-        env = step.make(self.task.env_id, cfg.num_envs, backend=self.backend, seed=self.seed)
-        env.reset()
-        dt = torch.int32 if self.discrete else torch.float32
-        env.step(torch.zeros(cfg.num_envs, dtype=dt, device=self.agent_device))
-        z = torch.zeros((cfg.num_steps, cfg.num_envs), device=self.agent_device)
-        f = torch.zeros(z.shape, dtype=torch.bool, device=self.agent_device)
-        buffer.gae(z, z, z, f, f, gamma=cfg.gamma, lam=cfg.gae_lambda, backend=self.backend)
-        self.sync()
 
     def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
         env = self.env
