@@ -4,6 +4,7 @@ runtime and any installed GPU driver)."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 import warnings
 from typing import Any
@@ -85,6 +86,49 @@ def _all_devices() -> list[tuple[Any, Any]]:
         except cl.Error:  # a platform with no devices raises DEVICE_NOT_FOUND
             continue
     return found
+
+
+#: LLVM 14's names of the x86 CPUs with AVX-512 (PoCL 3.0 targets one of these, or another, by name).
+_AVX512_LLVM_CPUS = frozenset({
+    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+    "tigerlake", "sapphirerapids", "knl", "knm", "znver4", "znver5", "graniterapids", "emeraldrapids",
+})
+
+
+def _host_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def _pocl_target(version: str) -> str | None:
+    """The LLVM CPU PoCL compiles for, from its device version's "HSTR: pthread-<arch>-<vendor>-<os>-<env>-<cpu>"."""
+    m = re.search(r"HSTR:\s*[^-\s]+-[^-\s]+-[^-\s]+-[^-\s]+-[^-\s]+-(\S+)", version)
+    return m.group(1) if m else None
+
+
+def _max_vector_bytes(platform: Any, device: Any) -> int | None:
+    """The widest vector (bytes) the device's compiler handles, where known to be narrower than 64.
+
+    PoCL 3.0 (LLVM 14) names its target CPU after the host but links the kernel library variant
+    chosen from the host's CPU flags. On a CPU with AVX-512 that LLVM 14 does not know (AMD Zen 4
+    is compiled for "znver3"), the two disagree: 16 float or 8+ double lanes (512-bit vectors) then
+    abort LLVM's code generator ("Cannot emit physreg copy instruction", std::bad_alloc, a segfault),
+    and a program whose build warned about the AVX-512 vector ABI comes back from PoCL's kernel
+    cache with no kernels (INVALID_KERNEL_NAME). 256-bit vectors build, run and cache correctly
+    there (measured). PoCL says its target in the device version ("HSTR: pthread-<triple>-<cpu>").
+    """
+    if "portable computing language" not in platform.name.lower() or not device.type & cl.device_type.CPU:
+        return None
+    target = _pocl_target(device.version)
+    if target is None or target in _AVX512_LLVM_CPUS or not _host_has_avx512():
+        return None
+    return 32
 
 
 def _label(platform: Any, device: Any) -> str:
@@ -206,6 +250,9 @@ class OpenCLBackend(Backend):
         self.platform, self.device = _select_device(device)
         self.device_name = _label(self.platform, self.device)
         self.supports_float64 = "cl_khr_fp64" in self.device.extensions.split()
+        #: Widest vector in bytes the device's compiler handles (None: no known limit);
+        #: tuned widths above it are narrowed to it, explicit ones refused (_width).
+        self.max_vector_bytes = _max_vector_bytes(self.platform, self.device)
         self.context = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.context)
         # Tuning knobs. Each starts at tuning.TUNED: the tuned default of the kernel being launched,
@@ -264,6 +311,12 @@ class OpenCLBackend(Backend):
             # Where the knobs' defaults come from, and their values per kernel family.
             "tuned_defaults": self.tuned_defaults.origin(),
         }
+        if self.max_vector_bytes:
+            out["vector limit"] = (
+                f"{self.max_vector_bytes * 8}-bit vectors at most: PoCL's compiler targets "
+                f"{_pocl_target(d.version)} (no AVX-512) on a CPU whose kernel library uses "
+                f"AVX-512; wider tuned widths are narrowed"
+            )
         out.update({f"defaults {fam}": text for fam, text in self.tuned_defaults.summary().items()})
         return out
 
@@ -346,7 +399,14 @@ class OpenCLBackend(Backend):
             return tuning.Resolved(value, "attribute", "")
         entry, family = self._knob_entry(knob, kernel)
         try:
-            return self.tuned_defaults.resolve(knob, family, entry)
+            got = self.tuned_defaults.resolve(knob, family, entry)
+            if knob.endswith("vector_width") and isinstance(got.value, int) and self.max_vector_bytes:
+                # what the float32 launches run (_width), the precision the suite times
+                narrowed = min(got.value, self.max_vector_bytes // 4)
+                if narrowed != got.value:
+                    got = tuning.Resolved(narrowed, f"{got.source}, narrowed to {self.max_vector_bytes * 8}-bit vectors",
+                                          got.entry)
+            return got
         except KeyError:
             if knob not in _GPU_SHAPE:
                 raise
@@ -420,7 +480,24 @@ class OpenCLBackend(Backend):
             vw = 1 << int(math.log2(max(1, min(16, pref)))) if d.type & cl.device_type.CPU else 1
         if vw not in _VECTOR_WIDTHS or isinstance(vw, bool):
             raise ValueError(f"env_vector_width: expected {tuning.TUNED!r}, None, 1, 2, 4, 8 or 16, got {vw!r}")
+        vw = self._width("env_vector_width", vw, dtype)
         return (*self._real_options(dtype), f"-DPK_VW={vw}"), vw
+
+    def _width(self, knob: str, vw: int, dtype: Any) -> int:
+        """A vector width the device's compiler can build (max_vector_bytes): a tuned or advertised
+        width above it is narrowed to it; a width set by hand above it is refused, naming the reason."""
+        cap = self.max_vector_bytes
+        if cap is None or vw * np.dtype(dtype).itemsize <= cap:
+            return vw
+        most = max(1, cap // np.dtype(dtype).itemsize)
+        setting = self.knob_setting(knob)
+        if isinstance(setting, int) and not isinstance(setting, bool):
+            raise ValueError(
+                f"{knob}: {vw} lanes of {np.dtype(dtype)} exceed the {cap * 8}-bit vectors that "
+                f"{self.device_name} builds correctly (PoCL's compiler targets a CPU without AVX-512 "
+                f"while its kernel library uses it); use at most {most}"
+            )
+        return most
 
     def _compile(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
         """Build from source. The compiler's output is kept in ``build_logs`` instead of pyopencl's
@@ -695,7 +772,7 @@ class OpenCLBackend(Backend):
 
     def _scan_options(self, op: str, dtype: Any) -> tuple[tuple[str, ...], int]:
         """Build options of gae / discounted_returns and the envs each work-item owns."""
-        vw = self._buffer_knob(op, "scan_vector_width")
+        vw = self._width("scan_vector_width", self._buffer_knob(op, "scan_vector_width"), dtype)
         nv = self._buffer_knob(op, "scan_vectors_per_item")
         if vw * nv > 8192:  # the recursion's carry lives in private memory, PK_NV vectors of it
             raise ValueError(
@@ -751,7 +828,7 @@ class OpenCLBackend(Backend):
             raise ValueError(f"reduce_wg: expected a power of two, got {wg!r}")
         chunk = self._buffer_knob("normalize", "reduce_chunk")
         vw = self._buffer_knob("normalize", "reduce_vector_width")  # checked even where unused
-        vw = vw if chunk else 1
+        vw = self._width("reduce_vector_width", vw, dt) if chunk else 1
         per_item = max(1, chunk // vw)  # vectors per work-item of the apply pass
         opts = (*self._real_options(dt), f"-DPK_WG={wg}", f"-DPK_VW={vw}", f"-DPK_CHUNK={max(chunk, 1)}",
                 f"-DPK_NV={per_item}")  # fmt: skip
@@ -794,6 +871,7 @@ class OpenCLBackend(Backend):
             k = self._kernel("gather.cl", kernel, opts)
             self._launch(k, b * row_len, x.data, indices.data, out.data, np.int32(row_len), np.int32(b))
             return
+        vw = self._width("gather_vector_width", vw, x.dtype)
         opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}")
         if row_len <= self._GATHER_CONST_ROW:  # short rows: the row length compiled in (gather.cl)
             opts = (*opts, f"-DPK_ROW_LEN={row_len}")
