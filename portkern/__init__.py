@@ -6,8 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from . import buffer, envs, rng, step
-from .backends import BackendUnavailable, backend_of, backends, get_backend
+from .backends import _opencl_drivers
+
+# Before anything can list OpenCL platforms: the ICD loader enumerates its drivers once per process,
+# so a PyPI driver (Intel's CPU runtime) registered after pyopencl first listed platforms would stay
+# invisible in this process. Cheap: it writes a vendor folder and sets an environment variable,
+# imports no pyopencl.
+_opencl_drivers.register()
+
+from . import buffer, envs, rng, step  # noqa: E402
+from .backends import BackendUnavailable, backend_of, backends, get_backend  # noqa: E402
 
 __version__ = "0.1.0"
 

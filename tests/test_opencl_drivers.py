@@ -44,6 +44,7 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
     monkeypatch.delenv("PORTKERN_NO_PIP_OPENCL", raising=False)
     monkeypatch.setattr(drivers, "REPORT", [])  # the real registration's report stays as it was
+    monkeypatch.setattr(drivers, "_REGISTERED", None)  # register() runs once per process: run it afresh
     return prefix, system
 
 
@@ -126,3 +127,19 @@ def test_system_drivers_stay_listed_beside_the_pypi_ones(tmp_path):
     names = json.loads(out.stdout.strip().splitlines()[-1])
     assert names.count("Portable Computing Language") == 2, names  # pyopencl's own PoCL and the "system" one
     assert "Intel(R) OpenCL" in names, names
+
+
+@pytest.mark.skipif("intel" not in REQUIRED_OPENCL, reason="Intel's CPU runtime has PyPI wheels for Linux x86-64 only")
+def test_import_portkern_registers_before_pyopencl_lists_platforms():
+    """`import portkern` alone registers the PyPI drivers: a user who lists platforms right after it
+    (before any portkern backend is imported) sees Intel's runtime in that process."""
+    code = (
+        "import portkern, sys, pyopencl as cl\n"
+        "assert 'portkern.backends.opencl' not in sys.modules\n"
+        "print('|'.join(p.name for p in cl.get_platforms()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OCL_ICD_VENDORS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    names = out.stdout.strip().splitlines()[-1].lower()
+    assert "intel" in names and "portable computing language" in names, names

@@ -60,12 +60,23 @@ def register() -> Path | None:
     Returns the folder, or None when there was nothing to add (the environment is left alone).
     Must run before pyopencl lists platforms for the first time.
     """
+    global _REGISTERED
+    if _REGISTERED is not None:  # once per process: `import portkern` does it, the opencl backend again
+        return _REGISTERED or None
+    _REGISTERED = _register()
+    return _REGISTERED or None
+
+
+_REGISTERED: Path | bool | None = None
+
+
+def _register() -> Path | bool:
     if os.environ.get("PORTKERN_NO_PIP_OPENCL") == "1":
         REPORT.append("PORTKERN_NO_PIP_OPENCL=1: PyPI OpenCL drivers not registered")
-        return None
+        return False
     drivers = pip_drivers()
     if not drivers:
-        return None
+        return False
     current = os.environ.get("OCL_ICD_VENDORS")
     entries: dict[str, str] = {}
     if current and Path(current).is_file():
@@ -90,7 +101,7 @@ def register() -> Path | None:
                 path.write_text(text)
     except OSError as exc:
         REPORT.append(f"could not write {folder} ({exc}); PyPI OpenCL drivers not registered")
-        return None
+        return False
     os.environ["OCL_ICD_VENDORS"] = str(folder)
     REPORT.append(
         f"OCL_ICD_VENDORS={folder}: {kept} driver(s) from "
