@@ -10,38 +10,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__
+from . import __version__, step
 from .backends import backends, get_backend
 from .envs import ENVS
-
-MAX_ITEMS = 2**31 - 1  # env indices and element counts are int32 in kernels
-
-
-def select_backends(names: Sequence[str], device: str | None) -> list[Any]:
-    """The registry records of the backends named (all when none) that are available here, keeping only
-    those with a device whose name contains ``device``; every error lists the valid choices.
-
-    ``names`` are ``--backend`` values (repeatable, or comma-separated). Called before anything runs.
-    """
-    records = backends()
-    known = [r.name for r in records]
-    available = [r.name for r in records if r.available]
-    wanted = [s.strip() for n in names for s in n.split(",") if s.strip()]
-    for name in wanted:
-        if name not in known:
-            raise ValueError(f"--backend {name}: unknown backend; valid names: {', '.join(known)}")
-        rec = records[known.index(name)]
-        if not rec.available:
-            raise ValueError(f"--backend {name}: unavailable here ({rec.reason}); available: {', '.join(available)}")
-    usable = [r for r in records if r.available and (not wanted or r.name in wanted)]
-    if device is not None:
-        matching = [r for r in usable if any(device.lower() in d.lower() for d in r.devices)]
-        if not device.strip() or not matching:
-            found = "; ".join(f"{r.name}: {', '.join(r.devices) or '-'}" for r in usable)
-            raise ValueError(f"--device {device!r}: no device of {', '.join(r.name for r in usable)} matches "
-                             f"(a substring of a device name); devices found: {found}")  # fmt: skip
-        usable = matching
-    return usable
+from .portability import commands
+from .portability.options import MAX_ITEMS, select_backends
+from .train import cli as train_cli
 
 
 def _console():
@@ -107,8 +81,6 @@ def _print_details(records: Sequence[Any]) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Step every env on every available backend for a moment and print the throughput."""
-    from . import step
-
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         raise ValueError(f"--seconds: expected a number of seconds > 0, got {args.seconds:g}")
     if not 1 <= args.num_envs <= MAX_ITEMS:
@@ -156,15 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=int, default=65536)
     p.add_argument("--seconds", type=float, default=0.5, help="time per env and backend (> 0)")
     p.set_defaults(func=cmd_demo)
-    try:
-        from .portability import commands
-    except ImportError:
-        commands = None
-    if commands is not None:
-        commands.register(sub)
-    from .train import cli as train_cli  # imports no torch until `portkern train` runs
-
-    train_cli.register(sub)
+    commands.register(sub)
+    train_cli.register(sub)  # imports no torch until `portkern train` runs
     return parser
 
 

@@ -32,6 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .runs import load_run
+
 #: A knob attribute holding this value runs the tuned default of the kernel being launched.
 TUNED = "tuned"
 CACHE_SCHEMA = "portkern-tune-cache/1"
@@ -258,8 +260,6 @@ def _strip(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def device_entries(run_path: str | Path) -> list[tuple[Identity, dict[str, Any]]]:
     """(identity, entries) for each timed device of a tune run (a ``portkern tune`` results.json)."""
-    from .portability.runs import load_run  # the run format belongs to the portability layer
-
     run = load_run(str(run_path))
     # load_run keeps what reports group by; the identity (device name, driver) is in the raw entries.
     raw = json.loads(Path(run_path).read_text())["machine_info"]["portkern"]["devices"]

@@ -19,7 +19,7 @@ import pytest
 from portkern import tuning
 from portkern.backends import probe
 from portkern.portability import suite
-from portkern.portability.runs import load_run
+from portkern.runs import load_run
 
 _PROBE = probe("opencl")
 pytestmark = pytest.mark.skipif(not _PROBE.available, reason=f"opencl: {_PROBE.reason}")

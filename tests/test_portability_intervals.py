@@ -16,7 +16,7 @@ import pytest
 
 from portkern.backends import probe
 from portkern.portability import cost, metrics, report, suite
-from portkern.portability.runs import Record, load_run
+from portkern.runs import Record, load_run
 
 from .mixes import HAND_MIXES
 

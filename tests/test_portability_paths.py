@@ -11,7 +11,7 @@ import pytest
 
 from portkern.backends import get_backend
 from portkern.portability import metrics, report, suite
-from portkern.portability.runs import Run, load_run
+from portkern.runs import Run, load_run
 
 DATA = Path(__file__).parent / "data"
 # pytest bench/test_rollout_paths.py bench/test_ceiling.py --pk-sizes=256 --pk-rollout-steps=16 --pk-machine=ci-vm

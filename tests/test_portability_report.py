@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from portkern.portability import cost, report
-from portkern.portability.runs import RunFileError, load_run, merge
+from portkern.runs import RunFileError, load_run, merge
 
 from .mixes import HAND_MIXES
 

@@ -13,15 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cli import MAX_ITEMS, select_backends
-from . import cost, report
+from ..tuning import cache_path, write_cache
+from . import cost, report, suite, training
+from .options import MAX_ITEMS, select_backends
+from .tune import write_tuned
 
-#: Interleaved rounds per group, shortest slot and group budget with --quick (suite.QUICK_ROUNDS,
-#: QUICK_SLOT_S, QUICK_GROUP_BUDGET_S; not imported: it loads the backends). Given explicitly, so
+#: Interleaved rounds per group, shortest slot and group budget with --quick. Given explicitly, so
 #: --quick --sizes N keeps the quick timing; a full run uses the suite's defaults.
-QUICK_TIMING = ["--pk-rounds=15", "--pk-slot-ms=10", "--pk-group-s=1.5"]
+QUICK_TIMING = [f"--pk-rounds={suite.QUICK_ROUNDS}", f"--pk-slot-ms={suite.QUICK_SLOT_S * 1e3:g}",
+                f"--pk-group-s={suite.QUICK_GROUP_BUDGET_S:g}"]  # fmt: skip
 FULL_TIMING: list[str] = []
-QUICK_ROLLOUT_STEPS = 32  # T of the rollout cases with --quick (suite.QUICK_ROLLOUT_T; not imported: it loads backends)
+QUICK_ROLLOUT_STEPS = suite.QUICK_ROLLOUT_T  # T of the rollout cases with --quick
 
 
 def bench_dir() -> Path:
@@ -178,9 +180,6 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
         sys.stderr.write(captured[-4000:])
         raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
     if tune:
-        from ..tuning import cache_path, write_cache
-        from .tune import write_tuned
-
         write_tuned(json_path, out / "tuned.json")
         # The per-machine cache: this device's defaults from now on (tuning.py, source "cache"). A cache
         # that cannot be written costs neither the measurements nor the report: warn and go on.
@@ -235,9 +234,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     two runs' verdicts against each other)."""
     mixes = _mixes(args)
     if args.compare:
-        from .training import is_train_file
-
-        trains = [r for r in args.runs if is_train_file(r)]
+        trains = [r for r in args.runs if training.is_train_file(r)]
         if trains:
             raise ValueError(f"--compare: compares two bench runs; {', '.join(trains)} is a training file (report it "
                              "without --compare)")  # fmt: skip
@@ -292,8 +289,6 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 def _cost_train(args: argparse.Namespace) -> int:
     """``cost --train``: H from the locked stack's converged runs, the ratio from both stacks' env-steps/s."""
-    from . import training
-
     clash = [o for o, v in (("--report", args.report), ("--ratio", args.ratio), ("--penalty", args.penalty),
                             ("--gpu-hours", args.gpu_hours), ("--backend", args.backend), ("--device", args.device),
                             ("--workload", args.workload), ("--kernel", args.kernel)) if v is not None]  # fmt: skip

@@ -31,7 +31,7 @@ class CostInputs:
 
 
 def lockin(c: CostInputs) -> dict[str, float]:
-    """DESIGN.md: premium = locked_rate*H*P - portable_rate*(H/ratio)*P - switching cost."""
+    """docs/ARCHITECTURE.md: premium = locked_rate*H*P - portable_rate*(H/ratio)*P - switching cost."""
     locked = c.locked_rate * c.gpu_hours * c.policies
     portable = c.portable_rate * (c.gpu_hours / c.ratio) * c.policies
     switching = c.retune_hours * c.hourly_rate

@@ -1,4 +1,4 @@
-"""Portability metrics, pure functions over throughputs (items/s): the DESIGN.md vocabulary in code."""
+"""Portability metrics, pure functions over throughputs (items/s): the vocabulary of docs/ARCHITECTURE.md in code."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .runs import Record, load_run
+from ..runs import Record, load_run
 
 TUNED_SCHEMA = "portkern-tuned/1"
 

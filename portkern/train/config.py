@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 CONFIG_SCHEMA = "portkern-train-configs/1"
+#: The schema of the training files ``portkern train`` writes (runner.py) and the report reads
+#: (portkern.portability.training); declared here, where reading it needs no torch.
+TRAIN_SCHEMA = "portkern-train/1"
 
 
 class ConfigError(ValueError):

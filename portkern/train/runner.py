@@ -17,11 +17,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import __version__
-from .config import TaskConfig
+from ..identity import cpu_model, machine_label
+from .config import TRAIN_SCHEMA, TaskConfig
 from .ppo import PHASES, UPDATE_PARTS, Agent, PhaseTimer, finished_returns, ppo_update, window_mean
 from .stacks import Stack, StackSpec, Storage, build
 
-TRAIN_SCHEMA = "portkern-train/1"
 DEVICE_HOUR = (
     "device-hours per converged policy = wall-clock seconds from the start of setup (env build, kernel "
     "compile, model init) to the end of the update at which the policy converged, / 3600, with the device "
@@ -184,13 +184,11 @@ def code_revision() -> str | None:
 
 
 def host_info() -> dict[str, Any]:
-    from ..portability import suite
-
     try:
         load = os.getloadavg()
     except OSError:
         load = (math.nan,) * 3
-    return {"machine": suite.machine_label(), "cpu": suite.cpu_model(), "cores": os.cpu_count(),
+    return {"machine": machine_label(), "cpu": cpu_model(), "cores": os.cpu_count(),
             "python": platform.python_version(), "torch": torch.__version__, "load_avg": [round(x, 2) for x in load]}  # fmt: skip
 
 

@@ -21,6 +21,7 @@ import torch
 
 from .. import buffer, envs, step
 from ..backends import Backend, get_backend
+from ..identity import Target, device_info, machine_label
 from .config import TaskConfig
 from .ppo import Agent, PhaseTimer, torch_gae
 
@@ -151,10 +152,8 @@ class Stack:
 
     def identity(self) -> dict[str, Any]:
         """The device the env runs on, as bench runs name it (device_key, hardware_key, label, kind...)."""
-        from ..portability import suite
-
         b = self.backend if self.backend is not None else get_backend("numpy")
-        info = suite.device_info(b, suite.Target(b.name, b.device_name), suite.machine_label())
+        info = device_info(b, Target(b.name, b.device_name), machine_label())
         if self.spec.mode == "host-sim":
             info = {**info, "backend": "gymnasium", "stack_class": "host simulator"}
         return info

@@ -7,7 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import metrics
+from .. import metrics
+from ..training.render import PLOT_PHASES, _g, plot_name, safe_name
 
 
 def _plt():
@@ -170,8 +171,6 @@ PHASE_COLOURS = {"setup": "#8c8c8c", "act": "#dd8452", "env": "#4c72b0", "adv": 
 def train_phases(rep: dict[str, Any], task: str, path: Path) -> None:
     """Per hardware (one panel each) and stack (one bar each): the median seconds per phase over the converged
     seeds (all seeds where none converged), stacked in a run's order, so the reader sees where the hours go."""
-    from .training import PLOT_PHASES, _g
-
     plt = _plt()
     groups = [g for g in rep["training"]["groups"] if g["task"] == task]
     heights = [max(1.6, 0.45 * len(g["stacks"]) + 1.0) for g in groups]
@@ -210,8 +209,6 @@ def train_phases(rep: dict[str, Any], task: str, path: Path) -> None:
 
 
 def plot_all(rep: dict[str, Any], out: Path) -> list[Path]:
-    from .training import plot_name, safe_name
-
     paths: list[Path] = []
     for task in dict.fromkeys(g["task"] for g in (rep.get("training") or {}).get("groups", [])):
         paths.append(out / plot_name(task))

@@ -1,4 +1,8 @@
-"""Loading, validating and merging bench run files (pytest-benchmark JSON with a ``portkern`` section)."""
+"""The bench run-file format: loading, validating and merging run files (pytest-benchmark JSON with a
+``portkern`` section), as ``portkern bench`` and ``portkern tune`` write them.
+
+The suite writes the schema named here; the report and the tuned-defaults cache (portkern.tuning) read it.
+Nothing here needs a backend: a run file is read anywhere."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA = "portkern-bench/2"  # as written by portkern.portability.suite (not imported: it needs the backends)
+SCHEMA = "portkern-bench/2"  # 2: per-round timings of interleaved groups, device identity, stack class
 #: Older schemas still read: /1 has no per-round timings (best-of time only: no intervals).
 READABLE = ("portkern-bench/1", SCHEMA)
 STATUSES = ("pass", "fail", "unsupported", "invalid-config")

@@ -1,0 +1,210 @@
+"""report.md and the tables the CLI prints: the headline tables, the sections, the definitions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .. import training
+from ..names import PATHS, STACK_CLASSES
+from .format import _cell, _fmt, _span, _table, _verdict_text, _with, _x
+
+
+def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The tables a person reads first (also printed by the CLI): summary, functional matrix, ratios, PP."""
+    tables: dict[str, tuple[list[str], list[list[str]]]] = {}
+    if "functional" not in rep:  # training files only
+        return training_tables(rep)
+    cols = list(rep["functional"])
+    fkernels = rep.get("functional_kernels", rep["kernels"])
+    if rep.get("summary"):
+        note = [["**Indicative only** (a --quick run): " + ", ".join(rep["quick"])]] if rep.get("quick") else []
+        tables[SUMMARY_TITLE] = (["finding"], note + [[f"**{f['title']}**: {f['text']}"] for f in rep["summary"]])
+    func = (["kernel"] + [c + (" (sim)" if rep["functional"][c]["simulator"] else "") for c in cols],
+            [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in fkernels]
+            + [["**share**"] + [_fmt(rep["functional"][c]["share"], True) for c in cols]])  # fmt: skip
+    tables["Functional portability"] = func
+    ratio_rows = [[r["kernel"], r["backend"], r["device"], r["status"], str(r["size"] or "–"),
+                   _with(r["items_per_s"], r.get("items_per_s_interval")),
+                   _with(r["app_eff"], r.get("app_eff_interval"), True), _with(r["ratio"], r.get("ratio_interval"), True),
+                   f"{r['baseline'] or '–'}{'' if r['baseline_is_native'] else ' (best)'}", _verdict_text(r),
+                   _fmt(r["arch_eff"], True) + (" (cache)" if (r["arch_eff_raw"] or 0) > 1 else "")]
+                  for r in rep["efficiency"]]  # fmt: skip
+    tables["Application efficiency and performant portability ratio"] = (
+        ["kernel", "backend", "device", "parity", "size", "items/s [interval]", "app. eff. [interval]",
+         "ratio [interval]", "baseline", "vs baseline", "arch. eff."], ratio_rows)  # fmt: skip
+    backends = list(rep["pp"])
+    piv = rep.get("pp_interval", {})
+    tables["Pennycook PP (application efficiency)"] = (
+        ["PP over " + ", ".join(rep["devices"]) or "PP"] + backends,
+        [[k] + [_with(rep["pp"][b][k], piv.get(b, {}).get(k), True) for b in backends] for k in rep["kernels"]]
+        + [[f"workload: {m}"] + [_with(w["pp"].get(b), w.get("pp_interval", {}).get(b), True) for b in backends]
+           for m, w in rep["workloads"].items()])  # fmt: skip
+    if rep.get("data_paths", {}).get("rows"):
+        tables[DATA_PATHS_TITLE] = data_paths_table(rep)
+    tables.update(training_tables(rep))
+    return tables
+
+
+def training_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """One table per (task, hardware) of the training section."""
+    return {f"{training.TITLE}: {g['task']} on {g['hardware_key']}": training.table(g)
+            for g in (rep.get("training") or {}).get("groups", [])}
+
+
+def _training_only_markdown(rep: dict[str, Any]) -> str:
+    out = ["# portkern portability report", "", f"Training files: {', '.join(rep['sources'])} (machines: "
+           f"{rep['machines']}). No bench runs among the inputs: this report has the training section only.", ""]
+    found = training.finding(rep["training"])
+    if found:
+        out += [f"## {SUMMARY_TITLE}", "", f"1. **{found['title']}**: {found['text']}", ""]
+    out += training.markdown(rep["training"])
+    out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
+    return "\n".join(out) + "\n"
+
+
+SUMMARY_TITLE = "Summary"
+DATA_PATHS_TITLE = "Data paths: host round-trip, device per-step, fused"
+
+
+def data_paths_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = (["device", "backend", "env", "policy", "N x T"] + [f"{p} steps/s" for p in PATHS]
+              + [f"{p} device-h / 1e9 steps" for p in PATHS] + ["fused / host", "device / host"])  # fmt: skip
+    rows = []
+    for r in rep["data_paths"]["rows"]:
+        rows.append([r["device"], r["backend"], r["env"], r["policy"], f"{r['N'] or '–'} x {r['T'] or '–'}"]
+                    + [_with(v["steps_per_s"], v.get("steps_per_s_interval")) if v["status"] == "pass"
+                       else _cell({**v, "max_error": None}) for v in (r["paths"][p] for p in PATHS)]
+                    + [_fmt(r["paths"][p]["device_hours_per_1e9_steps"]) for p in PATHS]
+                    + [f"{_x(r['fused_vs_host'])} [{_span(r.get('fused_vs_host_interval'), False, 'x')}]"
+                       if r["fused_vs_host"] else "–",
+                       f"{_x(r['device_vs_host'])} [{_span(r.get('device_vs_host_interval'), False, 'x')}]"
+                       if r["device_vs_host"] else "–"])  # fmt: skip
+    return header, rows
+
+
+def spectrum_table(rep: dict[str, Any], device: str) -> tuple[list[str], list[list[str]]]:
+    rows = [r for r in rep.get("spectrum", {}).get("rows", []) if r["device"] == device]
+    classes = [c for c in STACK_CLASSES if any(c in r["classes"] for r in rows)]
+    classes += sorted({c for r in rows for c in r["classes"]} - set(classes))
+    body = []
+    for r in rows:
+        cells = []
+        for c in classes:
+            v = r["classes"].get(c)
+            if v is None:
+                cells.append("–")
+                continue
+            who = v["backend"] + (f" {v['path']}" if v["path"] else "")
+            rel = "**best**" if v["verdict"] == "best" else (
+                f"{_with(v['vs_best'], v['vs_best_interval'], True)}"
+                + (" (within noise)" if v["verdict"] == "within noise of the best" else ""))  # fmt: skip
+            cells.append(f"{_fmt(v['items_per_s'])} ({who}): {rel}")
+        body.append([r["kernel"], str(r["size"])] + cells)
+    return ["kernel", "size"] + [f"{c}: best items/s (who): vs best class" for c in classes], body
+
+
+def mix_note(origin: Mapping[str, Any] | None) -> str:
+    """Beside a workload's shares: where they were measured, the share of the wall time they cover, what is out."""
+    if not origin or origin.get("kind") != "measured":
+        return " (a given mix: not measured)" if origin else ""
+    seeds = ",".join(str(x) for x in origin.get("seeds") or [])
+    cov = origin.get("covered")
+    return (f". Measured: kernel phases of the {origin.get('stack')} stack's training on {origin.get('task')} "
+            f"({origin.get('file')}, seeds {seeds}, {origin.get('basis')}), covering "
+            f"{'?' if cov is None else f'{100 * cov:.1f}%'} of its wall time; left out: {origin.get('excluded')}.")
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    if "functional" not in rep:
+        return _training_only_markdown(rep)
+    out = ["# portkern portability report", ""]
+    if rep.get("quick"):
+        out += [f"> **Indicative only.** {', '.join(rep['quick'])} "
+                f"{'is a' if len(rep['quick']) == 1 else 'are'} `--quick` run{'s' if len(rep['quick']) > 1 else ''}: "
+                "small sizes, few and short rounds on a possibly shared machine. Read the intervals, not the "
+                "points; act on a full `portkern bench` run.", ""]  # fmt: skip
+    out += [f"Runs: {', '.join(rep['sources'])} (machines: {rep['machines']}).", ""]
+    old = [p for p, m in rep.get("runs", {}).items() if m.get("schema") == "portkern-bench/1"]
+    if old:
+        out += [f"Older runs without per-round data (no intervals, best-of times): {', '.join(old)}.", ""]
+    out += [f"## {SUMMARY_TITLE}", ""]
+    if rep.get("summary"):
+        out += [f"{i}. **{f['title']}**: {f['text']}" for i, f in enumerate(rep["summary"], 1)]
+        out += ["", "Intervals are the 10th–90th percentile of the figure over interleaved rounds (Definitions); "
+                "\"within noise\" means the interval of the paired ratio includes 1 and no winner is named."]
+    else:
+        out += ["Nothing timed in these runs."]
+    out += ["", "## Devices", ""]
+    out += _table(["device", "label", "kind", "vendor", "copy bandwidth (B/s)", "backends", "includes", "baseline"],
+                  [[d, i["device_label"], i["kind"], i["vendor"], _fmt(i["ceiling_bytes_per_s"]),
+                    ", ".join(i["backends"]), ", ".join(i.get("includes", [])) or "–", i["baseline"]]
+                   for d, i in rep["devices"].items()])  # fmt: skip
+    if rep["simulators"]:
+        out += ["", "Functional-only devices (simulators and correctness harnesses: parity checked, never timed, not "
+                "in PP): " + ", ".join(f"{d} ({i['device_label']})" for d, i in rep["simulators"].items())]
+    if rep["unavailable"]:
+        out += ["", "Backends not available in these runs (not measured; on a device in the set they make PP 0):", ""]
+        out += [f"* {u['backend']} on {u['machine']}: {u['reason']}" for u in rep["unavailable"]]
+    for title, (header, rows) in headline(rep).items():
+        if title in (DATA_PATHS_TITLE, SUMMARY_TITLE) or title.startswith(training.TITLE):
+            continue
+        out += ["", f"## {title}", ""] + _table(header, rows)
+    out += ["", "## Workload throughput penalty", "",
+            "One computation for both tables: W(b) per backend (Definitions, workload); **ratio** is against the "
+            "device's baseline and **penalty** = 1 - ratio; **app. eff.** is against the fastest backend for the "
+            "workload and is what the PP table's workload row averages. They are the same number unless a native "
+            "baseline is slower than the best backend."]
+    for m, w in rep["workloads"].items():
+        out += ["", f"**{m}**: " + ", ".join(f"{k} {100 * s:.0f}%" for k, s in w["shares"].items())
+                + mix_note(w.get("origin")), ""]
+        out += _table(["device", "backend", "ratio [interval]", "throughput penalty [interval]", "app. eff. [interval]",
+                       "vs baseline"],
+                      [[d, b, _with(v["ratio"], v.get("ratio_interval"), True),
+                        _fmt(v["penalty"], True) + (f" [{_span(v['penalty_interval'], True)}]" if v["ratio"] else ""),
+                        _with(v["app_eff"], v.get("app_eff_interval"), True),
+                        _verdict_text(v) + (f" ({w['baseline'][d]})" if v["verdict"] not in ("baseline",) else "")]
+                       for d, per in w["devices"].items() for b, v in per.items()])  # fmt: skip
+    out += ["", "## Stack-class spectrum", ""]
+    sp = rep.get("spectrum", {})
+    if sp.get("rows"):
+        out += ["Per device, the best throughput each stack class reached (which backend and data path) and its "
+                "ratio to the best class [interval]. Plot: spectrum.png."]
+        for d in dict.fromkeys(r["device"] for r in sp["rows"]):
+            out += ["", f"**{d}**", ""] + _table(*spectrum_table(rep, d))
+    else:
+        out += ["No stack classes recorded in these runs (schema 1 runs predate them)."]
+    out += ["", "## Data paths", ""]
+    dp = rep.get("data_paths", {})
+    if dp.get("rows"):
+        out += [("Env-steps/s of one T-step rollout with the state coming back to the host every step (host), "
+                 "resident on the device with one launch per step (device), and with the policy fused into the "
+                 "env kernel (fused); device-hours per 1e9 env steps are GPU-hours on a GPU. Plot: "
+                 "data-paths.png."), ""]
+        out += _table(*data_paths_table(rep))
+        if dp.get("spread"):
+            out += ["", "Stack spread on one device (fastest backend and path / slowest):", ""]
+            out += [f"* {s['device']}, {s['env']} ({s['policy']} policy, N = {s['N']}): {s['fastest']['backend']} "
+                    f"{s['fastest']['path']} {_fmt(s['fastest']['steps_per_s'])} steps/s vs {s['slowest']['backend']} "
+                    f"{s['slowest']['path']} {_fmt(s['slowest']['steps_per_s'])} steps/s: **{_x(s['factor'])}** "
+                    f"[{_span(s.get('factor_interval'), False, 'x')}]"
+                    for s in dp["spread"]]  # fmt: skip
+    else:
+        out += ["No rollout cases in these runs (bench/test_rollout_paths.py; `portkern bench` runs them)."]
+    if rep.get("training"):
+        out += [""] + training.markdown(rep["training"])
+    out += ["", "## Re-tune penalty", ""]
+    if rep["retune"]:
+        out += _table(["backend", "kernel", "tuned on", "run on", "config", "target's best", "penalty"],
+                      [[r["backend"], r["kernel"], r["source"], r["target"], json.dumps(r["config"]),
+                        json.dumps(r["target_best_config"]),
+                        (_fmt(r["penalty"], True) if r["penalty"] is not None else "–")
+                        + (f" [{100 * r['penalty_interval'][0]:.1f}–{100 * r['penalty_interval'][1]:.1f}%]"
+                           if r.get("penalty_interval") else "")
+                        + (" (within noise)" if r.get("verdict") == "within noise" else "")
+                        + (f" † {r['note']}" if r["note"] else "")] for r in rep["retune"]])  # fmt: skip
+    else:
+        out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
+                "on two or more devices and pass all the run files."]
+    out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
+    return "\n".join(out) + "\n"

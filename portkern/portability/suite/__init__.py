@@ -1,0 +1,44 @@
+"""Benchmark cases: targets (backend x device), kernels, sizes, parity against the reference, knobs and the copy ceiling.
+
+Modules: kernels (names, families, sizes), knobs, prepared (a case and its parity check), cases and rollouts
+(making cases ready), timing (interleaved rounds), runinfo; targets and device identity come from
+portkern.identity, which training runs share.
+"""
+
+from __future__ import annotations
+
+from ...identity import (
+    SIMULATOR_MARKERS, Target, canonical_vendor, cpu_model, device_info, machine_label, open_backend, slug, targets,
+)  # fmt: skip
+from ...runs import SCHEMA
+from ..names import PATHS
+from .cases import (
+    BUFFER_T, EPS, GAMMA, GATHER_FEATURES, LAM, copy_bandwidth, device_copy, prepare, prepare_copy,
+)  # fmt: skip
+from .kernels import (
+    KERNELS, MLP_ENVS, QUICK_ROLLOUT_T, QUICK_SIZES, ROLLOUT_KERNELS, ROLLOUT_T, SIM_ROLLOUT_T, SIM_SIZES,
+    RolloutKernel, case_stack_class, comparison_kernel, family, full_sizes, rollout_kernel, size_family,
+)  # fmt: skip
+from .knobs import (
+    CASE_KNOBS, KNOBS, all_configs, applied, config_id, config_origin, current_config, knobs, resolved_config,
+)  # fmt: skip
+from .prepared import ATOL, PARITY_STEPS, RATE_BASIS, RTOL, SEED, Parity, Prepared, rates
+from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN, _compare_paths
+from .runinfo import code_fingerprint, run_info
+from .timing import (
+    CHUNKS, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, ROUNDS, SLOT_S,
+    _plan, calibrate, interleave, make_slot, round_summary,
+)  # fmt: skip
+
+__all__ = [
+    "ATOL", "BUFFER_T", "CASE_KNOBS", "CHUNKS", "DRIFT_ATOL", "DRIFT_RTOL", "EPS", "FIELDS", "GAMMA", "GATHER_FEATURES",
+    "GROUP_BUDGET_S", "KERNELS", "KNOBS", "LAM", "MAX_REPS", "MIN_ROUNDS", "MLP_ENVS", "MLP_FLIP_SHARE", "MLP_HIDDEN",
+    "PARITY_STEPS", "PATHS", "QUICK_GROUP_BUDGET_S", "QUICK_ROLLOUT_T", "QUICK_ROUNDS", "QUICK_SIZES",
+    "QUICK_SLOT_S", "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "SCHEMA", "SEED",
+    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "Parity", "Prepared", "RolloutKernel", "Target",
+    "_compare_paths", "_plan", "all_configs", "applied", "calibrate", "canonical_vendor", "case_stack_class",
+    "code_fingerprint", "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model",
+    "current_config", "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label",
+    "make_slot", "open_backend", "prepare", "prepare_copy", "rates", "resolved_config", "rollout_kernel",
+    "round_summary", "run_info", "size_family", "slug", "targets",
+]  # fmt: skip

@@ -1,0 +1,164 @@
+"""The suite's cases made ready to time: step kernels, buffer ops, rollouts (rollouts.py) and the device copy
+that measures the bandwidth ceiling; inputs made and uploaded beforehand, one launch per ``run``."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ...backends import Backend, get_backend
+from ...envs import ENVS
+from ...step import make
+from .kernels import KERNELS, ROLLOUT_T
+from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
+from .rollouts import _prepare_rollout
+
+BUFFER_T = 128  # rollout length of the [T, N] buffer cases; their size is T*N elements
+GATHER_FEATURES = 4  # row length of the gathered [M, F] array (CartPole's observation)
+GAMMA, LAM, EPS = 0.99, 0.95, 1e-8
+
+
+def _step_bytes(env_id: str) -> int:
+    spec = ENVS[env_id]
+    # state read+write, steps read+write, action, obs + final_obs, reward, terminated + truncated
+    return 2 * 4 * spec.state_dim + 2 * 4 + 4 + 2 * 4 * spec.obs_dim + 4 + 2
+
+
+def _host_actions(env_id: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    spec = ENVS[env_id]
+    if spec.is_discrete:
+        return rng.integers(0, spec.discrete_actions, n).astype(np.int32)
+    return rng.uniform(-spec.action_high, spec.action_high, n).astype(np.float32)
+
+
+def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
+    spec = ENVS[env_id]
+    env = make(env_id, n, backend=b, seed=SEED)
+    rng = np.random.default_rng(SEED)
+    acts = [_host_actions(env_id, n, rng) for _ in range(PARITY_STEPS)]
+    dev_acts = b.from_host(acts[0])
+    env.reset()
+    # Timed: the backend's step kernel itself. VectorEnv.step also range-checks device actions
+    # (a reduction and a host read per call), which is API overhead, not the kernel.
+    bufs, params = env._bufs, env._param_vector
+
+    def run() -> None:
+        b.env_step(spec, bufs, dev_acts, params, env.seed, spec.max_episode_steps, env.autoreset)
+
+    def check() -> Parity:
+        ref = make(env_id, n, backend="numpy", seed=SEED)
+        # Both envs return their own buffers, reused by the next call: copy before stepping on.
+        parts = [("reset obs", b.to_host(env.reset(seed=SEED)), ref.reset().copy())]
+        for t, a in enumerate(acts):
+            got, want = env.step(b.from_host(a)), ref.step(a)
+            for name, g, w in zip(("obs", "reward", "terminated", "truncated"), got, want):
+                parts.append((f"step {t} {name}", b.to_host(g), w.copy()))
+            parts.append((f"step {t} final_obs", b.to_host(env.final_obs), ref.final_obs.copy()))
+        return _compare(parts)
+
+    return Prepared(run, check, n, n * _step_bytes(env_id), "steps", (n,))
+
+
+def _buffer_case(kernel: str, size: int, rng: np.random.Generator):
+    """Host inputs, output (shape, dtype)s, the contract call, and the compulsory bytes of one buffer op."""
+    f32 = np.float32
+    if kernel == "gather":
+        m = size
+        x = rng.standard_normal((m, GATHER_FEATURES)).astype(f32)
+        idx = rng.permutation(m).astype(np.int32)  # one epoch of minibatches: every row once
+        return [x, idx], [((m, GATHER_FEATURES), f32)], lambda b, i, o: b.gather(i[0], i[1], o[0]), m * (
+            4 + 2 * 4 * GATHER_FEATURES
+        ), (m, GATHER_FEATURES)
+    t, n = BUFFER_T, max(1, size // BUFFER_T)
+    shape = (t, n)
+
+    def flags(p: float) -> np.ndarray:
+        return rng.random(shape) < p
+
+    if kernel == "gae":
+        ins = [rng.standard_normal(shape).astype(f32) for _ in range(3)] + [flags(0.02), flags(0.01)]
+        call = lambda b, i, o: b.gae(*i, o[0], o[1], GAMMA, LAM)  # noqa: E731
+        return ins, [(shape, f32)] * 2, call, t * n * 22, shape
+    if kernel == "discounted_returns":
+        ins = [rng.standard_normal(shape).astype(f32), flags(0.02), flags(0.01), rng.standard_normal(n).astype(f32)]
+        call = lambda b, i, o: b.discounted_returns(*i, o[0], GAMMA)  # noqa: E731
+        return ins, [(shape, f32)], call, t * n * 10 + 4 * n, shape
+    if kernel == "normalize":
+        ins = [(3.0 * rng.standard_normal(shape) + 1.5).astype(f32)]
+        return ins, [(shape, f32)], lambda b, i, o: b.normalize(i[0], o[0], EPS), t * n * 8, shape
+    raise ValueError(f"kernel: unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+
+
+def _prepare_buffer(b: Backend, kernel: str, size: int) -> Prepared:
+    ins, outs, call, nbytes, shape = _buffer_case(kernel, size, np.random.default_rng(SEED))
+    dev_ins = [b.from_host(a) for a in ins]
+    dev_outs = [b.zeros(s, np.dtype(d)) for s, d in outs]
+    ref = get_backend("numpy")
+
+    def run() -> None:
+        call(b, dev_ins, dev_outs)
+
+    def check() -> Parity:
+        run()
+        want = [np.zeros(s, d) for s, d in outs]
+        call(ref, ins, want)
+        return _compare([(f"out{j}", b.to_host(g), w) for j, (g, w) in enumerate(zip(dev_outs, want))])
+
+    items = int(np.prod(shape[:1])) if kernel == "gather" else int(np.prod(shape))
+    return Prepared(run, check, items, nbytes, "rows" if kernel == "gather" else "elements", shape)
+
+
+def prepare(b: Backend, kernel: str, size: int, config: dict[str, Any] | None = None,
+            steps: int = ROLLOUT_T) -> Prepared:  # fmt: skip
+    """Inputs made and uploaded beforehand; ``run`` is one launch of the kernel under test.
+
+    ``config``'s case knobs (``steps_per_launch``) and ``steps`` (a rollout's T) concern rollouts only.
+    """
+    if kernel.startswith("step:"):
+        return _prepare_step(b, kernel.split(":", 1)[1], size)
+    if kernel.startswith("rollout:"):
+        return _prepare_rollout(b, kernel, size, steps, config)
+    if kernel == "copy":
+        return prepare_copy(b, size)
+    return _prepare_buffer(b, kernel, size)
+
+
+def device_copy(dst: Any, src: Any) -> None:
+    """Device-to-device copy of a native array (the contract has none; dispatch on the array's API)."""
+    if hasattr(dst, "copy_to_device"):  # Numba DeviceNDArray: copy_to_device of a device array stays on it
+        dst.copy_to_device(src)
+    elif hasattr(dst, "queue") and hasattr(dst, "base_data"):  # pyopencl: an explicit buffer copy
+        import pyopencl as cl
+
+        cl.enqueue_copy(dst.queue, dst.base_data, src.base_data, byte_count=src.nbytes,
+                        src_offset=src.offset, dst_offset=dst.offset)  # fmt: skip
+    else:  # NumPy, CuPy
+        dst[...] = src
+
+
+def prepare_copy(b: Backend, nbytes: int) -> Prepared:
+    n = nbytes // 4
+    src, dst = b.from_host(np.arange(n, dtype=np.float32)), b.zeros((n,), np.dtype(np.float32))
+
+    def check() -> Parity:
+        device_copy(dst, src)
+        return _compare([("copy", b.to_host(dst), np.arange(n, dtype=np.float32))])
+
+    return Prepared(lambda: device_copy(dst, src), check, n, 2 * n * 4, "bytes", (n,))
+
+
+def copy_bandwidth(b: Backend, nbytes: int = 64 << 20, reps: int = 3) -> float:
+    """A quick copy-bandwidth estimate (read + write bytes/s, best of ``reps``) for sizing the full ladder."""
+    case = prepare_copy(b, nbytes)
+    case.run()
+    b.synchronize()
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        case.run()
+        b.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return case.bytes / best

@@ -1,0 +1,144 @@
+"""Rollout cases: one rollout of T steps of N envs along one data path (host, device, fused), checked against
+the host path's buffer on the same device (the host path itself against the NumPy reference)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ...backends import Backend
+from ...envs import ENVS
+from ...policy import MLPPolicy, Policy, RandomPolicy, RolloutBuffer
+from ...step import make
+from .kernels import RolloutKernel, rollout_kernel
+from .knobs import config_id, current_config
+from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
+
+MLP_HIDDEN = 64
+MLP_FLIP_SHARE = 1e-3  # most envs whose sampled MLP action may flip within float rounding (see _compare_paths)
+#: Backends whose data paths agree to rounding, not bitwise (Backend.exact_paths False: torch.compile fuses
+#: each path's ops differently): a rollout's floats match the host path's at RTOL/ATOL for PARITY_STEPS steps,
+#: then within this drift bound, which the rounding of T chaotic steps stays under (torch_compile's Pendulum,
+#: T = 32: 2.8e-5) and a wrong step, reset or path does not (errors of the size of the state).
+DRIFT_RTOL, DRIFT_ATOL = 1e-3, 1e-3
+
+FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
+_HOST_REFS: OrderedDict[tuple[Any, ...], dict[str, np.ndarray]] = OrderedDict()
+_HOST_REFS_KEPT = 4  # device and fused cases of one (env, policy, N) share the host path's buffer
+
+
+def _policy(name: str, env_id: str) -> Policy:
+    return MLPPolicy.init(ENVS[env_id], hidden=MLP_HIDDEN, seed=SEED) if name == "mlp" else RandomPolicy()
+
+
+def _host_copy(b: Backend, buf: RolloutBuffer) -> dict[str, np.ndarray]:
+    return {f: np.array(a) if isinstance(a := getattr(buf, f), np.ndarray) else b.to_host(a) for f in FIELDS}
+
+
+def _seeded_rollout(b: Backend | str, rk: RolloutKernel, n: int, steps: int, path: str,
+                    spl: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    env = make(rk.env, n, backend=b, seed=SEED)
+    env.reset()
+    buf = env.rollout(steps, _policy(rk.policy, rk.env), path=path, steps_per_launch=spl)
+    return _host_copy(env.backend, buf)
+
+
+def _host_reference(b: Backend, rk: RolloutKernel, n: int, steps: int) -> dict[str, np.ndarray]:
+    """The host path's buffer on ``b`` from a seeded reset, kept for the other paths of the same case."""
+    key = (b.name, b.device_name, rk.env, rk.policy, n, steps, config_id(current_config(f"step:{rk.env}", b)))
+    if key not in _HOST_REFS:
+        _HOST_REFS[key] = _seeded_rollout(b, rk, n, steps, "host")
+        while len(_HOST_REFS) > _HOST_REFS_KEPT:
+            _HOST_REFS.popitem(last=False)
+    _HOST_REFS.move_to_end(key)
+    return _HOST_REFS[key]
+
+
+def _compare_paths(got: dict[str, np.ndarray], want: dict[str, np.ndarray], discrete: bool, exact: bool,
+                   drift: bool = False) -> Parity:  # fmt: skip
+    """A rollout buffer against the host path's on the same device.
+
+    ``exact`` (random policy): every field bit for bit. Otherwise (MLP: the host path runs the policy in
+    NumPy, the kernel in-device, so tanh/exp may differ by an ulp): floats to RTOL/ATOL, flags exactly,
+    and a discrete action that flips where the sampling threshold falls within rounding of a softmax
+    boundary ends the comparison of that env (its trajectory legitimately diverges from there); at most
+    MLP_FLIP_SHARE of the envs may flip. ``drift`` (a backend whose paths agree to rounding only): floats at
+    RTOL/ATOL for the first PARITY_STEPS steps, then within DRIFT_RTOL/DRIFT_ATOL; flags exactly throughout.
+    """
+    if exact:
+        problems = [f"{f}: {int(np.count_nonzero(got[f] != want[f]))} of {want[f].size} values differ"
+                    for f in FIELDS if got[f].shape != want[f].shape or not np.array_equal(got[f], want[f])]  # fmt: skip
+        worst = max((float(np.nanmax(np.abs(got[f].astype(np.float64) - want[f].astype(np.float64))))
+                     for f in FIELDS if got[f].shape == want[f].shape and got[f].size), default=0.0)  # fmt: skip
+        return Parity("fail", worst, "; ".join(problems)) if problems else Parity("pass", worst)
+    steps, n = want["rewards"].shape
+    if discrete:
+        flipped = got["actions"] != want["actions"]  # [T, N]
+        first = np.where(flipped.any(axis=0), flipped.argmax(axis=0), steps)  # first flipped step per env
+    else:
+        first = np.full(n, steps)
+    t = np.arange(steps)[:, None]
+    before, upto = t < first, t <= first  # the obs acted on at the flip must still agree
+    parts, later = [], []
+    for f in FIELDS:
+        mask = upto if f == "obs" else before
+        if drift and got[f].dtype != np.bool_:
+            early = mask & (t < PARITY_STEPS).reshape((steps,) + (1,) * (mask.ndim - 1))
+            parts.append((f, got[f][early], want[f][early]))
+            later.append((f"{f} after step {PARITY_STEPS}", got[f][mask & ~early], want[f][mask & ~early]))
+        else:
+            parts.append((f, got[f][mask], want[f][mask]))
+    parity = _compare(parts)
+    if later:
+        drifted = _compare(later, DRIFT_RTOL, DRIFT_ATOL)
+        parity = Parity("fail" if "fail" in (parity.status, drifted.status) else "pass",
+                        max(parity.max_error or 0.0, drifted.max_error or 0.0),
+                        "; ".join(x for x in (parity.reason, drifted.reason) if x))  # fmt: skip
+    share = float(np.mean(first < steps))
+    if share > MLP_FLIP_SHARE:
+        reason = f"discrete actions flip in {share:.2%} of the envs (more than rounding explains)"
+        return Parity("fail", parity.max_error, "; ".join(x for x in (parity.reason, reason) if x))
+    if share and parity.status == "pass":
+        parity.reason = f"{int(np.sum(first < steps))} of {n} envs flip an action within rounding, compared up to it"
+    return parity
+
+
+
+def _rollout_bytes(env_id: str) -> int:
+    """Compulsory bytes per env step: the buffer written once (obs, final obs, action, reward, two flags)."""
+    spec = ENVS[env_id]
+    return 2 * 4 * spec.obs_dim + 4 + 4 + 2
+
+
+def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[str, Any] | None) -> Prepared:
+    rk = rollout_kernel(kernel)
+    assert rk is not None
+    spl = (config or {}).get("steps_per_launch") if rk.path == "fused" else None
+    spl = {"fused": steps if spl is None else int(spl), "device": 1, "host": None}[rk.path]
+    if spl is not None and not 1 <= spl <= steps:
+        raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {spl}")
+    env = make(rk.env, n, backend=b, seed=SEED)
+    policy = _policy(rk.policy, rk.env)
+    buf = env.rollout_buffer(steps, host=rk.path == "host")  # preallocated: the timing is the rollout only
+    env.reset()
+
+    def run() -> None:  # continues from wherever the previous rollout left the envs (autoreset)
+        env.rollout(steps, policy, buf, path=rk.path, steps_per_launch=spl)
+
+    def check() -> Parity:
+        if rk.path == "host":
+            # The host loop against the NumPy reference from a seeded reset, for as long as float
+            # rounding cannot move a trajectory across a threshold (the step kernels' parity rule).
+            short = min(PARITY_STEPS, steps)
+            got, want = (_seeded_rollout(x, rk, n, short, "host") for x in (b, "numpy"))
+            return _compare([(f, got[f], want[f]) for f in FIELDS])
+        env.reset(seed=SEED)
+        run()
+        got = _host_copy(b, buf)
+        return _compare_paths(got, _host_reference(b, rk, n, steps), ENVS[rk.env].is_discrete,
+                              exact=rk.policy == "random" and b.exact_paths, drift=not b.exact_paths)  # fmt: skip
+
+    info = {"env": rk.env, "path": rk.path, "policy": rk.policy, "T": steps, "N": n, "steps_per_launch": spl}
+    return Prepared(run, check, n * steps, n * steps * _rollout_bytes(rk.env), "env steps", (steps, n), info)

@@ -1,0 +1,107 @@
+"""Interleaved timing: every case of one comparison timed in the same rounds, in short runs spread over each
+round in a shuffled order, so a shared machine's drift hits them alike."""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ...backends import Backend
+from .knobs import applied
+from .prepared import Prepared
+
+#: Rounds per group, the shortest timed slot (back-to-back synchronised launches of one case) and the
+#: most seconds one group's rounds may take (fewer rounds then, never under MIN_ROUNDS): full, quick.
+ROUNDS, QUICK_ROUNDS, MIN_ROUNDS = 30, 15, 5
+#: Slots of ~10 ms span several scheduler time slices, so one preemption does not decide a round.
+SLOT_S, QUICK_SLOT_S = 20e-3, 10e-3
+GROUP_BUDGET_S, QUICK_GROUP_BUDGET_S = 10.0, 1.5
+MAX_REPS = 100_000
+
+
+def make_slot(b: Backend, prep: Prepared, config: dict[str, Any] | None) -> Callable[[int], float]:
+    """``slot(reps)``: seconds that ``reps`` back-to-back launches take, each synchronised, under the case's knobs.
+
+    The synchronise is inside the timed loop: the kernel's time, not the enqueue's. Knobs are set
+    outside it (on the shared backend instance, restored after).
+    """
+
+    def slot(reps: int) -> float:
+        with applied(b, config):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                prep.run()
+                b.synchronize()
+            return time.perf_counter() - t0
+
+    return slot
+
+
+def calibrate(slot: Callable[[int], float], slot_s: float) -> int:
+    """Launches per slot so that one slot lasts at least ``slot_s`` (one warm launch first, untimed)."""
+    slot(1)
+    t = max(slot(1), 1e-9)
+    return int(min(MAX_REPS, max(1, math.ceil(slot_s / t))))
+
+
+def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int, budget_s: float = math.inf,
+               min_rounds: int = MIN_ROUNDS, seed: int = 0) -> list[list[float]]:  # fmt: skip
+    """Time the cases of one group in interleaved rounds; per case, the seconds per launch of each round.
+
+    Every round runs ``reps[j]`` launches of every case j, split into up to CHUNKS runs of
+    back-to-back launches that are spread evenly over the round and merged with the other cases'
+    (in an order shuffled afresh each round, seeded): a change of the machine's load during a
+    round hits every case of the group alike, and round r of one case pairs with round r of every
+    other. One untimed round first; then as many rounds as ``budget_s`` allows (estimated from
+    that round, and stopping at a round boundary once past the budget), between ``min_rounds`` and
+    ``rounds``. The garbage collector is paused while timing.
+    """
+    if len(slots) != len(reps):
+        raise ValueError(f"interleave: {len(slots)} slots but {len(reps)} rep counts")
+    if not slots:
+        return []
+    rng = np.random.default_rng(seed)
+    warm = sum(s(r) for s, r in zip(slots, reps))
+    n = rounds if warm <= 0 or math.isinf(budget_s) else int(min(rounds, max(min_rounds, budget_s // warm)))
+    out: list[list[float]] = [[] for _ in slots]
+    gc_was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter()
+    try:
+        for r in range(n):
+            spent = [0.0] * len(slots)
+            for j, launches in _plan(reps, rng.permutation(len(slots))):
+                spent[j] += slots[j](launches)
+            for j, total in enumerate(spent):
+                out[j].append(total / reps[j])
+            if r + 1 >= min_rounds and time.perf_counter() - t0 > budget_s:
+                break  # the machine slowed down after the estimate: stop at a round boundary
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return out
+
+
+#: Most runs of back-to-back launches one case is split into per round (see interleave).
+CHUNKS = 8
+
+
+def _plan(reps: list[int], order: Any) -> list[tuple[int, int]]:
+    """One round's schedule: (case, launches) runs, each case's runs evenly spaced over the round."""
+    runs = []
+    for rank, j in enumerate(order):
+        c = min(reps[j], CHUNKS)
+        base, extra = divmod(reps[j], c)
+        runs += [((k + 0.5) / c, rank, j, base + (k < extra)) for k in range(c)]
+    return [(j, launches) for _, _, j, launches in sorted(runs)]
+
+
+def round_summary(seconds: list[float], items: int) -> dict[str, Any]:
+    """Per-round throughput of one case: min, median and max items/s over its rounds."""
+    rates = sorted(items / s for s in seconds)
+    return {"rounds": len(rates), "min": rates[0], "median": float(np.median(rates)), "max": rates[-1]}

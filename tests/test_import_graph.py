@@ -1,0 +1,188 @@
+"""portkern's own import graph: no cycle, and no room imports a room above it (the layers of
+docs/ARCHITECTURE.md).
+
+The graph is built from the source with ``ast``: every import statement, at module level and inside
+functions alike, so an import moved into a function to dodge a cycle is still an edge. Importing ``a.b.c``
+runs ``a/b/__init__.py`` first, so an edge to a module is also an edge to each package around it, except
+the packages around the importing module itself (those are already being imported when it runs).
+Imports under ``if TYPE_CHECKING:`` never run and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import portkern
+
+PKG = Path(portkern.__file__).resolve().parent
+#: Rooms from the top down: a module may import its own room and the rooms below it, never one above.
+#: Modules in no room (private plumbing such as _kernels, tuning, runs, identity) are held to no layer
+#: here, but they are in the cycle check.
+LAYERS = (
+    ("portkern.cli",),
+    ("portkern.portability",),
+    ("portkern.train",),
+    ("portkern.gym", "portkern.sb3"),
+    ("portkern.step",),
+    ("portkern.buffer",),
+    ("portkern.backends",),
+    ("portkern.envs",),
+    ("portkern.rng",),
+)
+#: Cycles still to be broken, each as the set of its modules. The test fails when one of them is broken
+#: and still listed here as well as when a new one appears, so this list only shrinks.
+KNOWN_CYCLES = [
+    # Backend.for_array imports the registry, which imports base; the registry imports its own package for
+    # its folder. Owned by the backend-contract work of issue 21.
+    {"portkern.backends", "portkern.backends.base", "portkern.backends.registry"},
+]
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")  # fmt: skip
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    out: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            todo.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The portkern modules one import statement runs (the closest module for a name inside one)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [node.module or ""])
+        else:
+            base = node.module or ""
+        base = base.rstrip(".")
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    out = []
+    for n in names:
+        while n and n not in MODULES:
+            n = n.rpartition(".")[0]
+        if n:
+            out.append(n)
+    return out
+
+
+def graph() -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the first import statement that makes the edge}."""
+    edges: dict[str, dict[str, str]] = {m: {} for m in MODULES}
+    for module, path in MODULES.items():
+        own = set(_ancestors(module))
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            for t in _targets(module, node):
+                where = f"{path.relative_to(PKG.parent)}:{node.lineno}"
+                for dep in [t] + [a for a in _ancestors(t) if a not in own]:
+                    if dep != module:
+                        edges[module].setdefault(dep, where)
+    return edges
+
+
+def cycles(edges: dict[str, dict[str, str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(comp)
+    return found
+
+
+def _room(module: str) -> int | None:
+    for level, rooms in enumerate(LAYERS):
+        if any(module == r or module.startswith(r + ".") for r in rooms):
+            return level
+    return None
+
+
+def test_the_graph_sees_imports_inside_functions():
+    # An import inside a function (where a cycle hides) is an edge; one under TYPE_CHECKING (never run) is not.
+    edges = graph()
+    assert "portkern.cli" in edges and "portkern.portability.report" in edges
+    lazy = ast.parse("def f():\n    from .portability import suite\n")
+    assert _targets("portkern.cli", _imports(lazy)[0]) == ["portkern.portability.suite"]
+    hidden = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import cli\n")
+    assert [n for n in _imports(hidden) if _targets("portkern.step", n) == ["portkern.cli"]] == []
+
+
+def test_import_graph_has_no_cycle_but_the_known_ones():
+    edges = graph()
+    found = cycles(edges)
+    shown = ["\n".join(f"  {a} -> {b} ({edges[a][b]})" for a in sorted(c) for b in sorted(edges[a]) if b in c)
+             for c in found]  # fmt: skip
+    new = [s for c, s in zip(found, shown) if c not in KNOWN_CYCLES]
+    assert not new, "import cycles:\n" + "\n\n".join(new)
+    broken = [sorted(c) for c in KNOWN_CYCLES if c not in found]
+    assert not broken, f"no longer cycles (remove them from KNOWN_CYCLES): {broken}"
+
+
+def test_no_room_imports_a_room_above_it():
+    upward = []
+    for module, deps in graph().items():
+        mine = _room(module)
+        for dep, where in deps.items():
+            theirs = _room(dep)
+            if mine is not None and theirs is not None and theirs < mine:
+                upward.append(f"{module} -> {dep} ({where})")
+    assert not upward, "imports of a higher room:\n" + "\n".join(sorted(upward))
