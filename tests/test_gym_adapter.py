@@ -53,7 +53,7 @@ def episodes_from_flags(dones: list[np.ndarray], counted: list[np.ndarray]) -> l
 
 
 # ---- spaces and metadata -------------------------------------------------------------------------
-@pytest.mark.parametrize("env_id", sorted(portkern.envs.ENVS))
+@pytest.mark.parametrize("env_id", sorted(portkern.envs.gymnasium_envs()))  # the envs Gymnasium has
 def test_spaces_equal_gymnasium_env_batched(env_id: str) -> None:
     ours = make_vec(env_id, N, seed=0)
     theirs = gymnasium.make(env_id)
@@ -245,9 +245,19 @@ def test_unseeded_envs_draw_different_seeds() -> None:
     assert not np.array_equal(first, second)
 
 
-def test_reset_rejects_per_env_seed_list() -> None:
-    with pytest.raises(TypeError, match="per-env seed lists are not supported"):
-        make_vec("CartPole-v1", N).reset(seed=list(range(N)))
+def test_reset_takes_one_seed_per_env_keying_env_i_by_its_seed() -> None:
+    seeds = [11, 7, 7, 123]
+    obs, _ = make_vec("CartPole-v1", N).reset(seed=seeds)
+    for i, s in enumerate(seeds):
+        # env i restarts from key (s_i, i): env i of a batch seeded with s_i
+        np.testing.assert_array_equal(obs[i], make_vec("CartPole-v1", N).reset(seed=s)[0][i])
+    again, _ = make_vec("CartPole-v1", N).reset(seed=np.array(seeds))
+    np.testing.assert_array_equal(obs, again)
+
+
+def test_reset_rejects_a_seed_list_of_the_wrong_length() -> None:
+    with pytest.raises(ValueError, match=r"seed: a list of seeds needs one per env \(4\), got 3"):
+        make_vec("CartPole-v1", N).reset(seed=[1, 2, 3])
 
 
 def test_reset_rejects_options() -> None:
@@ -306,7 +316,7 @@ def test_single_env_passes_gymnasiums_env_checker(env_id: str) -> None:
     check_env(env.unwrapped)
 
 
-@pytest.mark.parametrize("env_id", sorted(portkern.envs.ENVS))
+@pytest.mark.parametrize("env_id", sorted(portkern.envs.gymnasium_envs()))  # the envs Gymnasium has
 def test_single_env_spaces_equal_gymnasiums(env_id: str) -> None:
     ours, theirs = gymnasium.make(f"portkern/{env_id}"), gymnasium.make(env_id)
     assert ours.observation_space == theirs.observation_space
@@ -361,6 +371,6 @@ def test_single_env_rejects_a_bad_action_naming_the_space(env_id: str, action) -
         env.step(action)
 
 
-def test_single_env_rejects_render_modes() -> None:
-    with pytest.raises(ValueError, match="render_mode: portkern envs do not render"):
-        PortkernEnv("CartPole-v1", render_mode="rgb_array")
+def test_single_env_rejects_an_unknown_render_mode() -> None:
+    with pytest.raises(ValueError, match=r"render_mode: expected None or one of \['human', 'rgb_array'\]"):
+        PortkernEnv("CartPole-v1", render_mode="ansi")
