@@ -243,8 +243,9 @@ class PortkernEnv(gymnasium.Env):
 
     The env truncates at ``max_episode_steps``, the env's own limit unless given (any positive limit on
     the numpy backend; device kernels count to the env's limit only). ``gymnasium.make``'s own
-    ``max_episode_steps`` adds a ``TimeLimit`` wrapper and never reaches the env: it can shorten
-    episodes; to lengthen them, construct the env with the limit (see README).
+    ``max_episode_steps`` is a ``TimeLimit`` wrapper, as for Gymnasium's own envs: the host env it builds
+    leaves truncation to that wrapper (any limit, or none with ``max_episode_steps=-1``); a device
+    kernel counts to the env's own limit, so a longer ``TimeLimit`` cannot lengthen its episodes.
     ``render_mode`` ``"rgb_array"`` or ``"human"`` draws with Gymnasium's renderer (``portkern.render``).
     """
 
@@ -266,7 +267,7 @@ class PortkernEnv(gymnasium.Env):
         spec = envs.get(env_id)
         self.render_mode = render.check_render_mode(render_mode, env_id)
         self.metadata = {**type(self).metadata, "render_fps": render.RENDER_FPS.get(env_id, 30)}
-        host = (backend == "numpy" or isinstance(backend, NumpyBackend)) and supports_scalar_path(env_id, dtype)
+        host = _host_path(backend, env_id, dtype)
         if host:
             if device not in (None, "cpu", "host"):
                 raise ValueError(f"device: the numpy backend runs on the host only (None, 'cpu'), got {device!r}")
@@ -427,6 +428,19 @@ def make_vec(
     return PortkernVectorEnv(env, render_mode=render_mode)
 
 
+def _host_path(backend: Any, env_id: str, dtype: Any) -> bool:
+    return (backend == "numpy" or isinstance(backend, NumpyBackend)) and supports_scalar_path(env_id, dtype)
+
+
+def _registered_env(env_id: str, backend: Any = "numpy", dtype: Any = "float32", **kwargs: Any) -> PortkernEnv:
+    """What ``gymnasium.make("portkern/<id>")`` builds. gymnasium.make wraps it in ``TimeLimit`` (the env's
+    own limit, or its ``max_episode_steps``, which it never passes to the env): as with Gymnasium's own
+    envs, the host env leaves truncation to that wrapper, so a longer limit really lengthens episodes."""
+    if "max_episode_steps" not in kwargs and _host_path(backend, env_id, dtype):
+        kwargs["max_episode_steps"] = 2**31 - 1
+    return PortkernEnv(env_id, backend=backend, dtype=dtype, **kwargs)
+
+
 def register_envs() -> None:
     """Register ``portkern/<id>`` for every portkern env: ``PortkernEnv`` for ``gymnasium.make`` and the
     sync/async vector modes, ``make_vec`` (the batch) as the vector entry point."""
@@ -434,7 +448,7 @@ def register_envs() -> None:
         theirs = gymnasium.registry.get(env_id)
         gymnasium.register(
             id=f"{NAMESPACE}/{env_id}",
-            entry_point=f"{__name__}:PortkernEnv",
+            entry_point=f"{__name__}:_registered_env",
             vector_entry_point=f"{__name__}:make_vec",
             max_episode_steps=spec.max_episode_steps,
             reward_threshold=None if theirs is None else theirs.reward_threshold,

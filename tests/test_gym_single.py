@@ -262,3 +262,32 @@ def test_an_env_failing_the_scalar_path_check_gets_the_array_path(monkeypatch) -
     monkeypatch.setitem(_scalar._SUPPORTED, ("CartPole-v1", "float32"), False)
     assert isinstance(PortkernEnv("CartPole-v1").env, pk_step.VectorEnv)
     assert isinstance(make_vec("CartPole-v1", 2, seed=0).env, pk_step.VectorEnv)
+
+
+def test_gym_make_limit_beyond_the_envs_own_is_adopted_on_the_host():
+    """gymnasium.make(max_episode_steps=k) with k above the env's limit: the env truncates at k, not at
+    its own limit (which would cut the episodes short without a word)."""
+    env = gymnasium.make("portkern/MountainCar-v0", max_episode_steps=250)
+    env.reset(seed=0)
+    steps, truncated = 0, False
+    while not truncated:
+        _, _, terminated, truncated, _ = env.step(1)  # "don't accelerate": never reaches the goal
+        assert not terminated
+        steps += 1
+    assert steps == 250
+
+
+
+def test_gym_make_keeps_the_envs_own_limit_by_default_and_none_with_minus_one():
+    def episode(env, cap):
+        env.reset(seed=0)
+        for n in range(1, cap + 1):
+            _, _, terminated, truncated, _ = env.step(1)
+            assert not terminated
+            if truncated:
+                return n
+        return None
+
+    assert episode(gymnasium.make("portkern/MountainCar-v0"), 300) == 200
+    assert episode(gymnasium.make("portkern/MountainCar-v0", max_episode_steps=-1), 300) is None
+    assert episode(gymnasium.make("portkern/MountainCar-v0", max_episode_steps=50), 300) == 50
