@@ -1,7 +1,8 @@
 """The env list is honest: every registered env has its kernels in every API and declares its facts.
 
 Adding an env is its reference module (params, spaces, dynamics, parity facts), one .cl, one .cu
-and one Numba module (kernels/README.md, "Adding an env"); this test names what is missing.
+and one Numba module, or, for a variant of an env, a few lines reusing its kernels (kernels/README.md,
+"Adding an env"); this test names what is missing.
 """
 
 from __future__ import annotations
@@ -17,11 +18,58 @@ from portkern._kernels import kernel_dir, load_source
 from portkern.envs.base import Param
 
 ENV_IDS = list(envs.ENVS)
+#: One env per kernel: the env whose module owns the kernel files (variants reuse them).
+KERNEL_ENV_IDS = [spec.id for spec in envs.KERNEL_OWNERS.values()]
+#: Every params struct a kernel source names (pk_<stem>_params).
+STRUCT_REF = re.compile(r"\bpk_(\w+?)_params\b")
 #: A param read by position: p[3], kp[10], params[2] (what the redesign removed everywhere).
 POSITIONAL = re.compile(r"\b(?:k?p|params)\s*\[\s*\d+\s*\]")
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+def foreign_structs(text: str, spec) -> list[str]:
+    """The params structs other than ``spec``'s that a kernel source of ``spec``'s names.
+
+    Every env's struct is a packed array of ``REAL``, so an env function typed with a sibling's
+    struct (``const pk_mountain_car_params *p`` in mountain_car_continuous.cl) compiles, and runs
+    wherever the field offsets it reads happen to agree: only the name gives the mistake away.
+    """
+    return sorted({m.group(0) for m in STRUCT_REF.finditer(text) if m.group(0) != spec.struct_name})
+
+
+def test_every_env_module_loads():
+    # A broken env module takes only its own env out of the registry (portkern still imports);
+    # here it fails the suite, by name and reason, instead of vanishing from every parametrisation.
+    assert not envs.UNAVAILABLE, "env modules that failed to load: " + "; ".join(
+        f"{k}: {v}" for k, v in envs.UNAVAILABLE.items()
+    )
+
+
+@pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
+@pytest.mark.parametrize("api", ["opencl", "cuda"])
+def test_kernel_source_reads_its_own_params_struct(env_id, api):
+    spec = envs.get(env_id)
+    path = kernel_dir(api) / f"{spec.kernel}.{'cl' if api == 'opencl' else 'cu'}"
+    text = path.read_text()
+    assert spec.struct_name in text, f"{path.name} does not read its generated params struct {spec.struct_name}"
+    wrong = foreign_structs(text, spec)
+    assert not wrong, f"{path.name} reads {', '.join(wrong)}, not {spec.struct_name} (the struct of {env_id})"
+
+
+def test_the_struct_check_catches_a_sibling_struct():
+    # mountain_car_continuous.cl with one env function typed with MountainCar-v0's struct: the
+    # mistake that compiles and passes parity at the defaults.
+    spec = envs.get("MountainCarContinuous-v0")
+    text = (kernel_dir("opencl") / "mountain_car_continuous.cl").read_text()
+    assert not foreign_structs(text, spec)
+    sibling = text.replace("__global const pk_mountain_car_continuous_params *p", "__global const pk_mountain_car_params *p", 1)
+    assert sibling != text
+    assert foreign_structs(sibling, spec) == ["pk_mountain_car_params"]
+    cuda = (kernel_dir("cuda") / "mountain_car_continuous.cu").read_text()
+    assert foreign_structs(cuda.replace("using Params = pk_mountain_car_continuous_params", "using Params = pk_cartpole_params"),
+                           spec) == ["pk_cartpole_params"]  # fmt: skip
+
+
+@pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_opencl_source_generates_the_three_entry_points(env_id):
     spec = envs.get(env_id)
     path = kernel_dir("opencl") / f"{spec.kernel}.cl"
@@ -33,7 +81,7 @@ def test_opencl_source_generates_the_three_entry_points(env_id):
     assert spec.struct_name in load_source("opencl", path.name)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_cuda_source_generates_the_three_entry_points(env_id):
     spec = envs.get(env_id)
     path = kernel_dir("cuda") / f"{spec.kernel}.cu"
@@ -43,7 +91,7 @@ def test_cuda_source_generates_the_three_entry_points(env_id):
     assert f"pk_{spec.kernel}_params" in text, f"{path.name} does not read its generated params struct"
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_numba_module_exists(env_id):
     spec = envs.get(env_id)
     importlib.import_module(f"portkern.backends._numba.{spec.kernel}")

@@ -10,6 +10,8 @@ from portkern import envs
 from portkern.envs import acrobot, pendulum
 
 N_STATES = 1200
+#: The envs that declare a Gymnasium counterpart; portkern-only envs (variants) have none to match.
+GYM_ENV_IDS = list(envs.gymnasium_envs())
 
 
 def _states(env_id: str, rng: np.random.Generator) -> np.ndarray:
@@ -25,9 +27,9 @@ def _actions(spec, rng: np.random.Generator) -> np.ndarray:
 
 
 def _gym_step(env_id, states, actions, state_dtype=np.float64):
-    env = gym.make(env_id).unwrapped
-    env.reset(seed=0)
     spec = envs.get(env_id)
+    env = gym.make(spec.gymnasium_id).unwrapped
+    env.reset(seed=0)
     out_state, out_reward, out_term = [], [], []
     for s, a in zip(states, actions):
         env.state = np.array(s, dtype=state_dtype)
@@ -106,15 +108,15 @@ def test_mountain_car_continuous_matches_float32_gymnasium_within_rounding(rng):
     assert (rt == gt).mean() > 0.995
 
 
-@pytest.mark.parametrize("env_id", list(envs.ENVS))
+@pytest.mark.parametrize("env_id", GYM_ENV_IDS)
 def test_episode_limit_matches_gymnasium(env_id):
-    assert envs.get(env_id).max_episode_steps == gym.spec(env_id).max_episode_steps
+    assert envs.get(env_id).max_episode_steps == gym.spec(envs.get(env_id).gymnasium_id).max_episode_steps
 
 
-@pytest.mark.parametrize("env_id", list(envs.ENVS))
+@pytest.mark.parametrize("env_id", GYM_ENV_IDS)
 def test_default_params_match_gymnasium_attributes(env_id):
-    env = gym.make(env_id).unwrapped
     spec = envs.get(env_id)
+    env = gym.make(spec.gymnasium_id).unwrapped
     attr = {  # our name -> Gymnasium attribute where they differ in spelling
         "link_length_1": "LINK_LENGTH_1", "link_mass_1": "LINK_MASS_1", "link_mass_2": "LINK_MASS_2",
         "link_com_pos_1": "LINK_COM_POS_1", "link_com_pos_2": "LINK_COM_POS_2", "link_moi": "LINK_MOI",
@@ -129,13 +131,23 @@ def test_default_params_match_gymnasium_attributes(env_id):
     assert checked >= 3
 
 
-@pytest.mark.parametrize("env_id", list(envs.ENVS))
+@pytest.mark.parametrize("env_id", GYM_ENV_IDS)
 def test_spaces_match_gymnasium(env_id):
     from portkern import step
 
-    genv = gym.make(env_id)
+    genv = gym.make(envs.get(env_id).gymnasium_id)
     env = step.make(env_id, 3)
     assert env.single_action_space == genv.action_space
     np.testing.assert_allclose(env.single_observation_space.low, genv.observation_space.low)
     np.testing.assert_allclose(env.single_observation_space.high, genv.observation_space.high)
     assert env.single_observation_space.shape == genv.observation_space.shape
+
+
+def test_gymnasium_counterparts_are_declared_and_exist():
+    # The declaration decides which envs the parity tests above take: an env named like a Gymnasium
+    # env that does not declare it would skip them, and a declared id must be Gymnasium's.
+    assert GYM_ENV_IDS, "no env declares a Gymnasium counterpart"
+    missing = [spec.gymnasium_id for spec in envs.gymnasium_envs().values() if spec.gymnasium_id not in gym.registry]
+    assert not missing, f"gymnasium_id not in Gymnasium's registry: {missing}"
+    undeclared = [env_id for env_id, spec in envs.ENVS.items() if spec.gymnasium_id is None and env_id in gym.registry]
+    assert not undeclared, f"envs named like a Gymnasium env without gymnasium_id: {undeclared}"

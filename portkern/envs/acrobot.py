@@ -6,13 +6,7 @@ import math
 
 import numpy as np
 
-from .base import Derived, EnvSpec, KernelParams, Param, State, namespace
-
-
-def square(x):
-    """Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
-    NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact."""
-    return x * x
+from .base import Derived, EnvSpec, KernelParams, Param, State, namespace, square
 
 
 PARAMS = (
@@ -125,6 +119,7 @@ def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
 
 SPEC = EnvSpec(
     id="Acrobot-v1",
+    gymnasium_id="Acrobot-v1",
     kernel="acrobot",
     state_names=("theta1", "theta2", "dtheta1", "dtheta2"),
     obs_dim=6,

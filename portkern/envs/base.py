@@ -16,7 +16,7 @@ reads the params by name from a 1-D array of that library (on its device).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -53,6 +53,14 @@ class ParamView:
         self._values = values  # the whole [P] array, for callers that pass it on (compiled code)
         for i, name in enumerate(names):
             setattr(self, name, values[i])
+
+
+def square(x):
+    """Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
+    NumPy scalars, which calls libm's pow; tests swap an env module's ``square`` for that to prove
+    the rest of its reference is exact (each env imports this by name, so the swap is per env)."""
+    return x * x
+
 
 #: Param domains: name -> (predicate, words for error messages).
 DOMAINS: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -188,6 +196,10 @@ class EnvSpec:
     parity_states: Callable[[np.random.Generator, int], np.ndarray]
     parity_tolerance: Mapping[str, float]
     constraints: tuple[Constraint, ...] = ()
+    #: The id of the Gymnasium env this one reproduces (same dynamics, defaults, spaces and episode
+    #: limit), which is then also its portkern id; the Gymnasium parity tests take exactly the envs
+    #: that declare one. None: a portkern-only env (a variant, say), which everything else runs.
+    gymnasium_id: str | None = None
     _fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -203,6 +215,14 @@ class EnvSpec:
         lo, hi = self.test_state_box
         if not len(lo) == len(hi) == len(self.state_names):
             raise ValueError(f"{self.id}: test_state_box needs one bound per state variable")
+        if not self.kernel.isidentifier():
+            raise ValueError(f"{self.id}: kernel {self.kernel!r} is not a C identifier (a kernel file stem)")
+        if self.gymnasium_id not in (None, self.id):
+            # make(id) and gymnasium.make(id) name the same env, so one id serves both sides.
+            raise ValueError(
+                f"{self.id}: gymnasium_id must be None (a portkern-only env) or the env's own id, "
+                f"got {self.gymnasium_id!r}"
+            )
         object.__setattr__(self, "_fields", tuple(names))
 
     # ---- shape and action space --------------------------------------------------------------
@@ -238,10 +258,6 @@ class EnvSpec:
     @property
     def field_names(self) -> tuple[str, ...]:
         """Every field of the kernel params struct, in declaration order."""
-        return self._fields
-
-    @property
-    def param_names(self) -> tuple[str, ...]:  # kept for callers of the old name
         return self._fields
 
     def param_dtype(self, dtype: np.dtype) -> np.dtype:
@@ -318,3 +334,68 @@ def params_table(params: Sequence[Param | Derived]) -> list[tuple[str, str, str]
         (p.name, repr(p.default), p.domain) if isinstance(p, Param) else (p.name, "derived", "-")
         for p in params
     ]
+
+
+#: What a variant keeps from its parent: the kernels it reuses hard-code them (sizes, action space,
+#: the params struct, which its declared params lay out) or are checked against them (the reference).
+KERNEL_FIELDS = ("kernel", "state_names", "obs_dim", "discrete_actions", "action_high", "reset", "step", "observe")
+
+
+def variant(
+    env_id: str,
+    parent: EnvSpec,
+    *,
+    defaults: Mapping[str, float] | None = None,
+    domains: Mapping[str, str] | None = None,
+    perturb: Mapping[str, float] | None = None,
+    **changes: Any,
+) -> EnvSpec:
+    """A portkern-only env that is ``parent`` with other defaults: ``parent``'s kernels (every API,
+    looked up by ``parent.kernel``), params struct and reference dynamics, with its own id.
+
+    ``defaults``, ``domains`` and ``perturb`` change those attributes of the parent's params by name;
+    ``changes`` sets other :class:`EnvSpec` fields that no kernel reads (``max_episode_steps``,
+    ``obs_low``/``obs_high``, ``test_state_box``, ``parity_states``, ``parity_tolerance``,
+    ``constraints``, ...). The fields in :data:`KERNEL_FIELDS` stay the parent's: an env that needs
+    other ones is an env module of its own, with its own kernels.
+
+    >>> from portkern.envs import mountain_car
+    >>> SPEC = variant("MountainCarSteep-v0", mountain_car.SPEC, defaults={"gravity": 0.0035})
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise TypeError(f"env_id: expected a non-empty string, got {env_id!r}")
+    if not isinstance(parent, EnvSpec):
+        raise TypeError(
+            f"parent: expected the parent env's EnvSpec (e.g. `from .mountain_car import SPEC`), got {parent!r}"
+        )
+    fixed = sorted(set(changes) & {*KERNEL_FIELDS, "id", "params", "gymnasium_id"})
+    if fixed:
+        raise ValueError(
+            f"{env_id}: a variant cannot set {', '.join(fixed)}: it reuses {parent.id}'s kernels, params struct "
+            f"and reference (params change through defaults=/domains=/perturb=; other kernels need an env module)"
+        )
+    settable = {f.name for f in fields(EnvSpec) if f.init}
+    unknown = sorted(set(changes) - settable)
+    if unknown:
+        raise TypeError(f"{env_id}: EnvSpec has no field {', '.join(unknown)}")
+    declared = {p.name for p in parent.user_params}
+    per_param: dict[str, dict[str, Any]] = {}
+    for what, given in (("default", defaults), ("domain", domains), ("perturb", perturb)):
+        for name, value in (given or {}).items():
+            if name not in declared:
+                derived = " (derived: change the params it is computed from)" if name in parent.field_names else ""
+                raise ValueError(
+                    f"{what}s: {parent.id} has no parameter {name!r}{derived}; valid names: {', '.join(sorted(declared))}"
+                )
+            if what != "domain":
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError(f"{what}s[{name!r}]: expected a number, got {value!r}")
+                value = float(value)
+            per_param.setdefault(name, {})[what] = value
+    try:
+        params = tuple(replace(p, **per_param[p.name]) if p.name in per_param else p for p in parent.params)
+        spec = replace(parent, id=env_id, params=params, gymnasium_id=None, **changes)
+        spec.resolve_params(spec.defaults)  # the new defaults meet every constraint
+    except ValueError as exc:
+        raise ValueError(f"{env_id} (a variant of {parent.id}): {exc}") from None
+    return spec

@@ -70,6 +70,7 @@ def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
 
 SPEC = EnvSpec(
     id="CartPole-v1",
+    gymnasium_id="CartPole-v1",
     kernel="cartpole",
     state_names=("x", "x_dot", "theta", "theta_dot"),
     obs_dim=4,

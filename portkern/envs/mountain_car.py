@@ -6,18 +6,28 @@ import numpy as np
 
 from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State, namespace
 
-PARAMS = (
+# The valley and the start are MountainCarContinuous-v0's too (it imports them, with reset,
+# observe, the spaces and the parity facts); the two envs differ in the engine and the reward.
+#: The valley: its walls and the speed clip.
+VALLEY = (
     Param("min_position", -1.2),
     Param("max_position", 0.6, perturb=0.52),  # inward: the states near the right wall then clip
     Param("max_speed", 0.07, "positive"),
-    Param("goal_position", 0.5),
-    Param("goal_velocity", 0.0, perturb=0.03),
-    Param("force", 0.001),
-    Param("gravity", 0.0025),
+)
+#: The start: position ~ U[reset_low, reset_high], at rest.
+START = (
     Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),
     Param("reset_high", -0.4),
     Derived("reset_center", lambda p: (p["reset_low"] + p["reset_high"]) / 2),
     Derived("reset_half", lambda p: (p["reset_high"] - p["reset_low"]) / 2),
+)
+PARAMS = (
+    *VALLEY,
+    Param("goal_position", 0.5),
+    Param("goal_velocity", 0.0, perturb=0.03),
+    Param("force", 0.001),
+    Param("gravity", 0.0025),
+    *START,
 )
 
 CONSTRAINTS = (
@@ -64,6 +74,7 @@ def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
 
 SPEC = EnvSpec(
     id="MountainCar-v0",
+    gymnasium_id="MountainCar-v0",
     kernel="mountain_car",
     state_names=("position", "velocity"),
     obs_dim=2,

@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from .base import Constraint, Derived, EnvSpec, KernelParams, Param, State, namespace
-from .mountain_car import parity_states
+from . import mountain_car
+from .base import Constraint, KernelParams, Param, State, namespace
 
 PARAMS = (
     Param("min_action", -1.0),
     Param("max_action", 1.0),
-    Param("min_position", -1.2),
-    Param("max_position", 0.6, perturb=0.52),  # inward: the states near the right wall then clip
-    Param("max_speed", 0.07, "positive"),
+    *mountain_car.VALLEY,
     Param("goal_position", 0.45),
     Param("goal_velocity", 0.0, perturb=0.03),
     Param("power", 0.0015),
     Param("gravity", 0.0025, doc="a literal in Gymnasium's step; a parameter here"),
-    Param("reset_low", -0.6, doc="reset: position ~ U[reset_low, reset_high]"),
-    Param("reset_high", -0.4),
-    Derived("reset_center", lambda p: (p["reset_low"] + p["reset_high"]) / 2),
-    Derived("reset_half", lambda p: (p["reset_high"] - p["reset_low"]) / 2),
+    *mountain_car.START,
 )
 
 CONSTRAINTS = (
     Constraint("min_action <= max_action", ("min_action", "max_action"), lambda p: p["min_action"] <= p["max_action"]),
-    Constraint("min_position < max_position", ("min_position", "max_position"),
-               lambda p: p["min_position"] < p["max_position"]),
-    Constraint("reset_low <= reset_high", ("reset_low", "reset_high"), lambda p: p["reset_low"] <= p["reset_high"]),
-)  # fmt: skip
-
-
-def reset(sym: np.ndarray, p: KernelParams) -> State:
-    position = p.reset_center + p.reset_half * sym[:, 0]
-    return (position, namespace(position).zeros_like(position))
+    *mountain_car.CONSTRAINTS,
+)
 
 
 def step(state: State, action: np.ndarray, p: KernelParams):
@@ -57,28 +47,17 @@ def step(state: State, action: np.ndarray, p: KernelParams):
     return (position, velocity), reward, terminated
 
 
-def observe(state: State) -> np.ndarray:
-    return namespace(*state).stack(state, axis=1)
-
-
-SPEC = EnvSpec(
+# The same valley as MountainCar-v0 (spaces, reset, observation, the wall, goal and speed-clip
+# parity states, tolerances), another engine: a continuous force, its own goal and episode limit.
+SPEC = replace(
+    mountain_car.SPEC,
     id="MountainCarContinuous-v0",
+    gymnasium_id="MountainCarContinuous-v0",
     kernel="mountain_car_continuous",
-    state_names=("position", "velocity"),
-    obs_dim=2,
-    obs_low=(-1.2, -0.07),
-    obs_high=(0.6, 0.07),
     discrete_actions=None,
     action_high=1.0,
-    state_limit=None,
     max_episode_steps=999,
     params=PARAMS,
     constraints=CONSTRAINTS,
-    reset=reset,
     step=step,
-    observe=observe,
-    test_state_box=((-1.2, -0.07), (0.6, 0.07)),
-    # Same valley as MountainCar-v0: the same wall, goal and speed-clip regions.
-    parity_states=parity_states,
-    parity_tolerance={"float64": 1e-14, "float32": 1e-7},
 )

@@ -6,13 +6,7 @@ import math
 
 import numpy as np
 
-from .base import Derived, EnvSpec, KernelParams, Param, State, namespace
-
-
-def square(x):
-    """Squaring as the kernels do it (one correctly rounded multiply). Gymnasium writes ``x**2`` on
-    NumPy scalars, which calls libm's pow; tests swap this for that to prove the rest is exact."""
-    return x * x
+from .base import Derived, EnvSpec, KernelParams, Param, State, namespace, square
 
 
 PARAMS = (
@@ -76,6 +70,7 @@ def parity_states(rng: np.random.Generator, n: int) -> np.ndarray:
 
 SPEC = EnvSpec(
     id="Pendulum-v1",
+    gymnasium_id="Pendulum-v1",
     kernel="pendulum",
     state_names=("theta", "theta_dot"),
     obs_dim=3,
