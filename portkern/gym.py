@@ -150,7 +150,7 @@ class PortkernVectorEnv(_GymVectorEnv):
             )
         self.render_mode = render.check_render_mode(render_mode, env.spec.id)
         self.metadata = {"autoreset_mode": _MODES[env.autoreset], "render_modes": ["rgb_array"],
-                         "render_fps": render.RENDER_FPS.get(env.spec.id, 30), "env_id": env.spec.id}  # fmt: skip
+                         "render_fps": render.render_fps(env.spec.id), "env_id": env.spec.id}  # fmt: skip
         self._same_step = env.autoreset == "same_step"
         self._fresh = isinstance(env, ScalarBatch)
         self._renderer = None if render_mode is None else render.Renderer(env.spec.id, render_mode, env.params)
@@ -266,7 +266,7 @@ class PortkernEnv(gymnasium.Env):
         env_id = _env_kwargs(env_id, kwargs, "PortkernEnv")
         spec = envs.get(env_id)
         self.render_mode = render.check_render_mode(render_mode, env_id)
-        self.metadata = {**type(self).metadata, "render_fps": render.RENDER_FPS.get(env_id, 30)}
+        self.metadata = {**type(self).metadata, "render_fps": render.render_fps(env_id)}
         host = _host_path(backend, env_id, dtype)
         if host:
             if device not in (None, "cpu", "host"):

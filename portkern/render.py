@@ -27,13 +27,29 @@ RENDER_FPS = {
 }
 
 
+def gymnasium_twin(env_id: str) -> str | None:
+    """The Gymnasium env whose renderer draws ``env_id``: its own counterpart, or for a variant (an env
+    that reuses another's kernels) the counterpart of the env that owns them; None for neither."""
+    from . import envs
+
+    spec = envs.get(env_id)
+    if spec.gymnasium_id:
+        return spec.gymnasium_id
+    owner = envs.KERNEL_OWNERS.get(spec.kernel)
+    return owner.gymnasium_id if owner is not None else None
+
+
+def render_fps(env_id: str) -> int:
+    return RENDER_FPS.get(gymnasium_twin(env_id) or "", 30)
+
+
 def check_render_mode(render_mode: Any, env_id: str) -> str | None:
     """``render_mode`` checked against :data:`RENDER_MODES` (and the ids that have a Gymnasium renderer)."""
     if render_mode is None:
         return None
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode: expected None or one of {RENDER_MODES}, got {render_mode!r}")
-    if env_id not in RENDER_FPS:
+    if gymnasium_twin(env_id) not in RENDER_FPS:
         raise ValueError(f"render_mode: {env_id} has no Gymnasium renderer to draw with; pass render_mode=None")
     return render_mode
 
@@ -57,7 +73,7 @@ class Renderer:
                 f"render_mode={render_mode!r} draws with pygame: pip install 'portkern[render]'"
             ) from None
         self.render_mode = render_mode
-        self.twin = gymnasium.make(env_id, render_mode=render_mode).unwrapped
+        self.twin = gymnasium.make(gymnasium_twin(env_id), render_mode=render_mode).unwrapped
         self.twin.reset(seed=0)  # creates the attributes render() reads; the state is overwritten below
         # Params both envs name alike (CartPole's length, x_threshold; MountainCar's positions) change
         # the drawing as they change the physics.

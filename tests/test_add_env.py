@@ -164,7 +164,8 @@ def test_the_example_is_registered_with_portkerns_gymnasium_adapter_only(example
 
 
 SHARED_SUITE = ["tests/test_parity.py", "tests/test_perturbation.py", "tests/test_step.py", "tests/test_rollout.py",
-                "tests/test_env_sources.py", "tests/test_envs_gymnasium.py", "tests/test_sb3.py"]  # fmt: skip
+                "tests/test_env_sources.py", "tests/test_envs_gymnasium.py", "tests/test_sb3.py",
+                "tests/test_gym_adapter.py", "tests/test_render.py"]  # fmt: skip
 PLUGIN = '''
 """Puts the guide's variant into portkern.envs before the test modules are collected."""
 import os, warnings

@@ -26,7 +26,7 @@ import portkern  # noqa: F401  (registers portkern/<id>)
 from portkern import envs
 from portkern.backends.numpy import NumpyBackend
 
-ENV_IDS = tuple(envs.ENVS)
+ENV_IDS = tuple(envs.gymnasium_envs())  # the envs Gymnasium has its own of, to compare with
 VECTOR_NS = (1, 2, 4, 8, 16)
 
 
