@@ -237,31 +237,31 @@ __device__ __forceinline__ void pk_env_rollout(
 #define PK_ENV_KERNELS(name, Env)                                                                                     \
     extern "C" __global__ void pk_##name##_reset(                                                                     \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
-        REAL *__restrict__ obs, const pk_##name##_params *__restrict__ p, uint seed, int fresh, int n) {             \
+        REAL *__restrict__ obs, const pk_##name##_params *__restrict__ params, uint seed, int fresh, int n) {         \
         const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
-        if (i < n) pk_env_reset<Env>(state, steps, episodes, needs_reset, obs, p, seed, fresh, n, i);                 \
+        if (i < n) pk_env_reset<Env>(state, steps, episodes, needs_reset, obs, params, seed, fresh, n, i);            \
     }                                                                                                                 \
     extern "C" __global__ void pk_##name##_step(                                                                      \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
         const Env::Act *__restrict__ actions, REAL *__restrict__ obs, REAL *__restrict__ final_obs,                   \
         REAL *__restrict__ reward, uchar *__restrict__ terminated, uchar *__restrict__ truncated,                     \
-        const pk_##name##_params *__restrict__ p, uint seed, int max_steps, int autoreset_mode, int n) {              \
+        const pk_##name##_params *__restrict__ params, uint seed, int max_steps, int autoreset_mode, int n) {         \
         const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
         if (i < n)                                                                                                    \
             pk_env_step<Env>(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated,        \
-                             truncated, p, seed, max_steps, autoreset_mode, n, i);                                    \
+                             truncated, params, seed, max_steps, autoreset_mode, n, i);                               \
     }                                                                                                                 \
     extern "C" __global__ void pk_##name##_rollout(                                                                   \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
         REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward,                              \
-        uchar *__restrict__ terminated, uchar *__restrict__ truncated, const pk_##name##_params *__restrict__ p,      \
+        uchar *__restrict__ terminated, uchar *__restrict__ truncated, const pk_##name##_params *__restrict__ params, \
         const float *__restrict__ policy, int policy_kind, int hidden, REAL *__restrict__ out_obs,                    \
         Env::Act *__restrict__ out_actions, REAL *__restrict__ out_rewards, uchar *__restrict__ out_terminated,       \
         uchar *__restrict__ out_truncated, REAL *__restrict__ out_final_obs, uint seed, int max_steps,                \
         int autoreset_mode, int t0, int t_count, int n) {                                                             \
         const int i = blockIdx.x * blockDim.x + threadIdx.x;                                                          \
         if (i < n)                                                                                                    \
-            pk_env_rollout<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, p, \
+            pk_env_rollout<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, params, \
                                 policy, policy_kind, hidden, out_obs, out_actions, out_rewards, out_terminated,       \
                                 out_truncated, out_final_obs, seed, max_steps, autoreset_mode, t0, t_count, n, i);    \
     }

@@ -8,27 +8,21 @@
 
 #include "pk_vload.h"
 
-__kernel void pk_gather(__global const REAL *x, __global const long *indices, __global REAL *out,
-                        int row_len, int B)
-{
-    const size_t k = get_global_id(0);
-    if (k >= (size_t)B * (size_t)row_len)
-        return;
-    const size_t b = k / (size_t)row_len;
-    const size_t j = k - b * (size_t)row_len;
-    out[k] = x[(size_t)indices[b] * (size_t)row_len + j];
-}
+/* The element shape (the GPU's: one element per work-item), once per index type. */
+#define PK_GATHER(name, IDX)                                                                    \
+    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
+                       int row_len, int B)                                                      \
+    {                                                                                           \
+        const size_t k = get_global_id(0);                                                      \
+        if (k >= (size_t)B * (size_t)row_len)                                                   \
+            return;                                                                             \
+        const size_t b = k / (size_t)row_len;                                                   \
+        const size_t j = k - b * (size_t)row_len;                                               \
+        out[k] = x[(size_t)indices[b] * (size_t)row_len + j];                                   \
+    }
 
-__kernel void pk_gather_i32(__global const REAL *x, __global const int *indices,
-                            __global REAL *out, int row_len, int B)
-{
-    const size_t k = get_global_id(0);
-    if (k >= (size_t)B * (size_t)row_len)
-        return;
-    const size_t b = k / (size_t)row_len;
-    const size_t j = k - b * (size_t)row_len;
-    out[k] = x[(size_t)indices[b] * (size_t)row_len + j];
-}
+PK_GATHER(pk_gather, long)
+PK_GATHER(pk_gather_i32, int)
 
 /* The row shape (backend.gather_rows_per_item > 0): each work-item copies PK_ROWS whole rows,
  * PK_GVW elements per vector load. A CPU driver runs a group's work-items one after another, so

@@ -131,6 +131,23 @@ inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, AV action
     *trunc = tr;
 }
 
+/* What a step leaves in the env's own buffers, after pk_<env>_step and at the end of a rollout
+ * launch: the counters, the obs it is at and the obs it reached, the reward and the flags. */
+inline void pk_env_store(__global int *steps, __global uint *episodes, __global uchar *needs_reset,
+                         __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
+                         __global uchar *terminated, __global uchar *truncated, IV nsteps, UV ep,
+                         IV nr, const RV *o, const RV *fo, RV r, IV te, IV tr, int base, int n)
+{
+    pk_st_int(steps, base, n, nsteps);
+    pk_st_uint(episodes, base, n, ep);
+    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
+    pk_st_real(reward, base, n, r);
+    pk_st_uchar(terminated, base, n, PK_FLAG(te));
+    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+}
+
 inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
                             __global uchar *needs_reset, AV action, __global REAL *obs,
                             __global REAL *final_obs, __global REAL *reward,
@@ -144,14 +161,8 @@ inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
     RV o[ENV_OBS], fo[ENV_OBS], r;
     pk_env_advance(s, &nsteps, &ep, &nr, action, o, fo, &r, &te, &tr, params, seed, max_steps,
                    autoreset_mode, base);
-    pk_st_int(steps, base, n, nsteps);
-    pk_st_uint(episodes, base, n, ep);
-    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
-    pk_st_rows(obs, ENV_OBS, base, n, o);
-    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
-    pk_st_real(reward, base, n, r);
-    pk_st_uchar(terminated, base, n, PK_FLAG(te));
-    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+    pk_env_store(steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, nsteps,
+                 ep, nr, o, fo, r, te, tr, base, n);
 }
 
 /* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -206,14 +217,8 @@ inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episod
         pk_st_uchar(out_truncated + row, base, n, PK_FLAG(tr));
         pk_st_rows(out_final_obs + row * ENV_OBS, ENV_OBS, base, n, fo);
     }
-    pk_st_int(steps, base, n, nsteps);
-    pk_st_uint(episodes, base, n, ep);
-    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
-    pk_st_rows(obs, ENV_OBS, base, n, o);
-    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
-    pk_st_real(reward, base, n, r);
-    pk_st_uchar(terminated, base, n, PK_FLAG(te));
-    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+    pk_env_store(steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, nsteps,
+                 ep, nr, o, fo, r, te, tr, base, n);
 }
 
 /* ---- the entry points (kernels/README.md has the ABI); each work-item runs the PK_VW envs

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+#: normalize's per-block partials in the CUDA backends (cupy, cuda_host, numba): the scratch is
+#: allocated once at this size and the partial pass never launches more blocks.
+MAX_PARTIALS = 1024
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one line, for probe reasons."""
     return " ".join(f"{type(exc).__name__}: {exc}".split()).rstrip(" :")

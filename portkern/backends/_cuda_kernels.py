@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import _abi
 from .._kernels import load_source
 from ..envs.base import EnvSpec
+from ._cuda_common import MAX_PARTIALS
 from .base import AUTORESET_MODES, Backend, EnvBuffers
 
 #: ``REAL`` of each float build (double builds also define PK_DOUBLE, as kernels/README.md says).
@@ -27,7 +29,11 @@ REAL_OPTIONS = {
 COPY_UNITS = {8: np.dtype(np.float64), 4: np.dtype(np.float32), 1: np.dtype(np.uint8)}
 #: Every build's ``REAL``: the float builds and gather's one-byte copy unit.
 DTYPE_OPTIONS = {**REAL_OPTIONS, np.dtype(np.uint8): ("-DREAL=uchar",)}
-MAX_PARTIALS = 1024  # normalize's per-block partials; the scratch is allocated once at this size
+
+
+def _same(a: Any) -> Any:
+    """What a CUDA launch takes for an array argument (the ABI's pointer): the array itself."""
+    return a
 
 
 class CudaKernels(Backend):
@@ -55,7 +61,7 @@ class CudaKernels(Backend):
         raise NotImplementedError
 
     def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self.zeros(shape, dtype)
+        return self.empty(shape, dtype)
 
     # ---- programs and launches ----------------------------------------------------------------
     def _kernel(self, filename: str, kernel: str, dtype: Any, extra: tuple[str, ...] = ()) -> Any:
@@ -77,73 +83,67 @@ class CudaKernels(Backend):
     # ---- environments ------------------------------------------------------------------------
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
-        fn = self._kernel(f"{spec.kernel}.cu", f"pk_{spec.kernel}_reset", params.dtype)
-        args = (bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs,
-                self._device_params(params), np.uint32(seed), np.int32(bool(fresh)), np.int32(n))  # fmt: skip
-        self._launch(fn, n, args)
+        name = _abi.env_entry(spec.kernel, "reset")
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        values = {"params": self._device_params(params), "seed": seed,
+                  "fresh": int(bool(fresh)), "n": n}  # fmt: skip
+        self._launch(fn, n, _abi.pack(name, values, _same, params.dtype, env=bufs))
 
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
         # The hot path: VectorEnv made the buffers, so only the actions are checked here.
         n = int(bufs.steps.shape[0])
         actions = self._actions_on_device(actions, n, spec.action_dtype)
-        fn = self._kernel(f"{spec.kernel}.cu", f"pk_{spec.kernel}_step", params.dtype)
-        args = (bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, actions, bufs.obs, bufs.final_obs,
-                bufs.reward, bufs.terminated, bufs.truncated, self._device_params(params), np.uint32(seed),
-                np.int32(max_steps), np.int32(AUTORESET_MODES[autoreset]), np.int32(n))  # fmt: skip
-        self._launch(fn, n, args)
+        name = _abi.env_entry(spec.kernel, "step")
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        values = {"actions": actions, "params": self._device_params(params), "seed": seed,
+                  "max_steps": max_steps, "autoreset_mode": AUTORESET_MODES[autoreset], "n": n}  # fmt: skip
+        self._launch(fn, n, _abi.pack(name, values, _same, params.dtype, env=bufs))
 
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
         n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps = out.steps
-        fn = self._kernel(f"{spec.kernel}.cu", f"pk_{spec.kernel}_rollout", params.dtype)
-        head = (bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs,
-                bufs.reward, bufs.terminated, bufs.truncated, self._device_params(params), policy_params,
-                np.int32(policy.kind), np.int32(hidden), out.obs, out.actions, out.rewards, out.terminated,
-                out.truncated, out.final_obs, np.uint32(seed), np.int32(max_steps),
-                np.int32(AUTORESET_MODES[autoreset]))  # fmt: skip
+        name = _abi.env_entry(spec.kernel, "rollout")
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        pack = _abi.packer(name, _same, params.dtype)
+        args = list(pack({**_abi.rollout_values(out), "params": self._device_params(params),
+                          "policy": policy_params, "policy_kind": policy.kind, "hidden": hidden, "seed": seed,
+                          "max_steps": max_steps, "autoreset_mode": AUTORESET_MODES[autoreset], "t0": 0,
+                          "t_count": 0, "n": n}, env=bufs))  # fmt: skip
+        i_t0, i_count = pack.index("t0"), pack.index("t_count")
         # ceil(T / steps_per_launch) launches; each moves the time window (t0, t_count) on.
         for t0 in range(0, steps, steps_per_launch):
-            count = min(steps_per_launch, steps - t0)
-            self._launch(fn, n, (*head, np.int32(t0), np.int32(count), np.int32(n)))
+            args[i_t0], args[i_count] = np.int32(t0), np.int32(min(steps_per_launch, steps - t0))
+            self._launch(fn, n, tuple(args))
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = self._empty((n, out_dim), np.float32)
         fn = self._kernel("mlp.cu", "pk_mlp_forward", obs.dtype)
-        args = (policy_params, np.int32(hidden), np.int32(d), np.int32(out_dim), obs, out, np.int32(n))
-        self._launch(fn, n, args)
+        values = {"policy": policy_params, "hidden": hidden, "obs_dim": d, "out_dim": out_dim, "obs": obs,
+                  "out": out, "n": n}  # fmt: skip
+        self._launch(fn, n, _abi.pack("pk_mlp_forward", values, _same, obs.dtype))
         return out
 
-    # ---- rollout buffer ops ------------------------------------------------------------------
+    # ---- rollout buffer ops (arguments validated by portkern.buffer: launches only) -----------
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
-        for a, what in ((rewards, "rewards"), (values, "values"), (next_values, "next_values"),
-                        (terminated, "terminated"), (truncated, "truncated"),
-                        (advantages, "advantages"), (returns, "returns")):  # fmt: skip
-            self._check_array(a, what)
         T = rewards.dtype.type
         steps, n = rewards.shape
         fn = self._kernel("gae.cu", "pk_gae", rewards.dtype)
-        args = (rewards, values, next_values, terminated, truncated, advantages, returns,
-                T(gamma), T(T(gamma) * T(lam)), np.int32(steps), np.int32(n))  # fmt: skip
-        self._launch(fn, n, args)
+        args = {"rewards": rewards, "values": values, "next_values": next_values, "terminated": terminated,
+                "truncated": truncated, "advantages": advantages, "returns": returns, "gamma": gamma,
+                "gamma_lam": T(gamma) * T(lam), "T": steps, "N": n}  # fmt: skip
+        self._launch(fn, n, _abi.pack("pk_gae", args, _same, rewards.dtype))
 
     def discounted_returns(self, rewards, terminated, truncated, bootstrap, out, gamma):
-        for a, what in ((rewards, "rewards"), (terminated, "terminated"), (truncated, "truncated"),
-                        (bootstrap, "bootstrap"), (out, "out")):  # fmt: skip
-            self._check_array(a, what)
-        T = rewards.dtype.type
         steps, n = rewards.shape
         fn = self._kernel("discounted_returns.cu", "pk_discounted_returns", rewards.dtype)
-        args = (rewards, terminated, truncated, bootstrap, out, T(gamma),
-                np.int32(bootstrap.ndim == 2), np.int32(steps), np.int32(n))  # fmt: skip
-        self._launch(fn, n, args)
+        args = {"rewards": rewards, "terminated": terminated, "truncated": truncated, "bootstrap": bootstrap,
+                "out": out, "gamma": gamma, "per_step_bootstrap": int(bootstrap.ndim == 2), "T": steps, "N": n}
+        self._launch(fn, n, _abi.pack("pk_discounted_returns", args, _same, rewards.dtype))
 
     def normalize(self, x, out, eps):
-        self._check_array(x, "x")
-        self._check_array(out, "out")
-        T = x.dtype.type
         n = x.size
         if n == 0:
             return
@@ -158,23 +158,19 @@ class CudaKernels(Backend):
         pm2 = self._scratch("pm2", (MAX_PARTIALS,), np.float64)
         stats = self._scratch("stats", (2,), x.dtype)
         blocks = max(1, min((n + wg - 1) // wg, self.max_reduce_blocks, MAX_PARTIALS))
-        self._run(partial_fn, blocks, wg, (x, pcount, pmean, pm2, np.int32(n)))
-        self._run(finalize_fn, 1, wg, (pcount, pmean, pm2, stats, np.int32(blocks)))
-        self._launch(apply_fn, n, (x, out, stats, T(eps), np.int32(n)))
+        values = {"x": x, "out": out, "pcount": pcount, "pmean": pmean, "pm2": pm2, "stats": stats, "eps": eps,
+                  "n": n, "groups": blocks}  # fmt: skip
+        self._run(partial_fn, blocks, wg, _abi.pack("pk_normalize_partial", values, _same, x.dtype))
+        self._run(finalize_fn, 1, wg, _abi.pack("pk_normalize_finalize", values, _same, x.dtype))
+        self._launch(apply_fn, n, _abi.pack("pk_normalize_apply", values, _same, x.dtype))
 
     def gather(self, x, indices, out):
-        self._check_array(x, "x")
-        self._check_array(indices, "indices")
-        self._check_array(out, "out")
-        kernel = {np.dtype(np.int64): "pk_gather", np.dtype(np.int32): "pk_gather_i32"}.get(
-            np.dtype(indices.dtype)
-        )
-        if kernel is None:
-            raise TypeError(f"indices: expected int64 or int32, got {indices.dtype}")
+        kernel = "pk_gather_i32" if np.dtype(indices.dtype) == np.int32 else "pk_gather"
         unit = next(u for u in COPY_UNITS if x.dtype.itemsize % u == 0)
         row_len = math.prod(x.shape[1:]) * x.dtype.itemsize // unit
         total = row_len * indices.size
         if total == 0:
             return
         fn = self._kernel("gather.cu", kernel, COPY_UNITS[unit])
-        self._launch(fn, total, (x, indices, out, np.int32(row_len), np.int32(indices.size)))
+        values = {"x": x, "indices": indices, "out": out, "row_len": row_len, "B": indices.size}
+        self._launch(fn, total, _abi.pack(kernel, values, _same))

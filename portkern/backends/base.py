@@ -92,6 +92,10 @@ class Backend(abc.ABC):
     #: rollout is bit-identical across them. False where each path is a separately compiled graph.
     exact_paths: ClassVar[bool] = True
 
+    #: Whether the backend's arrays cannot be written in place (jax): its buffer ops return new arrays
+    #: and the public ``out=`` is refused for it.
+    immutable_arrays: ClassVar[bool] = False
+
     device_name: str
     supports_float64: bool
 
@@ -108,6 +112,12 @@ class Backend(abc.ABC):
     def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """A zero-filled device array."""
 
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        """A device array whose contents are undefined, for outputs a kernel writes in full (no fill).
+
+        Here a zero-filled one; backends whose allocator can skip the fill override it."""
+        return self.zeros(shape, dtype)
+
     @abc.abstractmethod
     def from_host(self, a: np.ndarray) -> Any:
         """Copy a host array to a new device array of the same dtype and shape."""
@@ -120,10 +130,46 @@ class Backend(abc.ABC):
     def write(self, dst: Any, src: np.ndarray) -> None:
         """Copy host ``src`` into the existing device array ``dst`` (same shape and dtype)."""
 
+    def assign(self, dst: Any, src: np.ndarray) -> Any:
+        """Store host ``src`` as ``dst``'s new contents and return the array that holds them: ``dst``
+        itself here; a new array on backends whose arrays are immutable (jax), which callers rebind."""
+        self.write(dst, src)
+        return dst
+
     @classmethod
     @abc.abstractmethod
     def owns(cls, a: Any) -> bool:
         """Whether ``a`` is this backend's native array type."""
+
+    def holds(self, a: Any) -> bool:
+        """Whether ``a`` is a native array this instance can launch on (its device, its context); backends
+        with several devices or contexts narrow :meth:`owns` here."""
+        return self.owns(a)
+
+    @staticmethod
+    def _span(a: Any) -> tuple[Any, int, int] | None:
+        """(allocation, first byte, end byte) of a contiguous array, or None where it cannot be told."""
+        for probe in (a, getattr(a, "_ary", None)):  # _ary: Numba's simulated device arrays
+            iface = getattr(probe, "__cuda_array_interface__", None) or getattr(probe, "__array_interface__", None)
+            if iface is not None:
+                start = int(iface["data"][0])
+                return None, start, start + int(a.nbytes)
+        ptr = getattr(a, "data_ptr", None)  # torch
+        if callable(ptr):
+            return None, int(ptr()), int(ptr()) + a.numel() * a.element_size()
+        ptr = getattr(a, "ptr", None)  # cuda_host
+        if isinstance(ptr, int):
+            return None, ptr, ptr + int(a.nbytes)
+        return None
+
+    def shares_memory(self, a: Any, b: Any) -> bool:
+        """Whether native arrays ``a`` and ``b`` overlap in memory (an output aliasing an input)."""
+        if a is b:
+            return True
+        sa, sb = self._span(a), self._span(b)
+        if sa is None or sb is None:
+            return False
+        return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2] and sa[1] < sa[2] and sb[1] < sb[2]
 
     @classmethod
     def for_array(cls, a: Any) -> "Backend":
@@ -200,6 +246,12 @@ class Backend(abc.ABC):
         """A device buffer reused across calls, allocated once per (key, shape, dtype)."""
         dt = np.dtype(dtype)
         return self._cache("scratch", (key, tuple(shape), dt.str), lambda: self.zeros(tuple(shape), dt))
+
+    def output_buffer(self, slot: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        """The public buffer ops' result for ``slot`` without ``out=`` (portkern.buffer): one unfilled
+        array per (slot, shape, dtype), returned again by the next call with the same key."""
+        dt = np.dtype(dtype)
+        return self._cache("outputs", (slot, tuple(shape), dt.str), lambda: self.empty(tuple(shape), dt))
 
     def _stage(self, what: str, host: np.ndarray) -> Any:
         """Copy a host array into a device buffer reused for every call with that shape and dtype."""

@@ -335,6 +335,9 @@ class CudaHostBackend(CudaKernels):
     def zeros(self, shape, dtype):
         return CudaHostArray(np.zeros(shape, dtype=dtype))
 
+    def empty(self, shape, dtype):
+        return CudaHostArray(np.empty(shape, dtype=dtype))
+
     def from_host(self, a):
         return CudaHostArray(np.array(a, copy=True, order="C"))
 

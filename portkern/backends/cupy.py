@@ -122,6 +122,10 @@ class CupyBackend(CudaKernels):
         with self._device:
             return cupy.zeros(shape, dtype=dtype)
 
+    def empty(self, shape, dtype):
+        with self._device:
+            return cupy.empty(shape, dtype=dtype)
+
     def from_host(self, a):
         with self._device:
             return cupy.array(a, copy=True)

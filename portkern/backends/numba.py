@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import _abi
 from ..envs.base import EnvSpec
+from ._cuda_common import MAX_PARTIALS as _MAX_PARTIALS
 from ._cuda_common import one_line, resolve_device
 from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
 from .registry import register
@@ -25,7 +27,11 @@ except Exception as exc:  # e.g. numba.cuda against a NumPy it does not support 
 else:
     _IMPORT_ERROR = ""
 
-_MAX_PARTIALS = 1024  # normalize's per-block partials; the scratch is allocated once at this size
+
+
+def _same(a: Any) -> Any:
+    """What a Numba launch takes for an array argument (the ABI's pointer): the array itself."""
+    return a
 
 
 def _simulator() -> bool:
@@ -149,6 +155,9 @@ class NumbaBackend(Backend):
     def zeros(self, shape, dtype):
         return cuda.to_device(np.zeros(shape, dtype=dtype))
 
+    def empty(self, shape, dtype):
+        return cuda.device_array(tuple(shape), np.dtype(dtype))
+
     def from_host(self, a):
         return cuda.to_device(np.ascontiguousarray(a))
 
@@ -170,18 +179,18 @@ class NumbaBackend(Backend):
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
         k = _kernels().env_kernels(spec, params.dtype)
-        k.reset[self._grid(n)](bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs,
-                               self._params(spec, params), np.uint32(seed), np.int32(bool(fresh)),
-                               np.int32(n))  # fmt: skip
+        values = {"params": self._params(spec, params), "seed": seed,
+                  "fresh": int(bool(fresh)), "n": n}  # fmt: skip
+        k.reset[self._grid(n)](*_abi.pack(_abi.env_entry(spec.kernel, "reset"), values, _same, params.dtype, env=bufs))
 
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
-        n = self._check_env(spec, bufs, params)
+        # The per-step hot path, as on every backend: the buffers are the VectorEnv's own, checked by env_reset.
+        n = int(bufs.steps.shape[0])
         actions = self._actions_on_device(actions, n, spec.action_dtype)
         k = _kernels().env_kernels(spec, params.dtype)
-        k.step[self._grid(n)](bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, actions, bufs.obs,
-                              bufs.final_obs, bufs.reward, bufs.terminated, bufs.truncated,
-                              self._params(spec, params), np.uint32(seed), np.int32(max_steps),
-                              np.int32(AUTORESET_MODES[autoreset]), np.int32(n))  # fmt: skip
+        values = {"actions": actions, "params": self._params(spec, params), "seed": seed,
+                  "max_steps": max_steps, "autoreset_mode": AUTORESET_MODES[autoreset], "n": n}  # fmt: skip
+        k.step[self._grid(n)](*_abi.pack(_abi.env_entry(spec.kernel, "step"), values, _same, params.dtype, env=bufs))
 
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
@@ -191,16 +200,17 @@ class NumbaBackend(Backend):
         k = _kernels().env_kernels(spec, params.dtype)
         # Time-major [T, N(, d)] buffers as rows t * N + i, so the kernel indexes one flat row per step.
         rows = steps * n
-        head = (bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs, bufs.reward,
-                bufs.terminated, bufs.truncated, self._params(spec, params), policy_params,
-                np.int32(policy.kind), np.int32(hidden), out.obs.reshape(rows, d), out.actions.reshape(rows),
-                out.rewards.reshape(rows), out.terminated.reshape(rows), out.truncated.reshape(rows),
-                out.final_obs.reshape(rows, d), np.uint32(seed), np.int32(max_steps),
-                np.int32(AUTORESET_MODES[autoreset]))  # fmt: skip
+        flat = {name: a.reshape((rows, d) if len(a.shape) == 3 else (rows,))
+                for name, a in _abi.rollout_values(out).items()}
+        pack = _abi.packer(_abi.env_entry(spec.kernel, "rollout"), _same, params.dtype)
+        args = list(pack({**flat, "params": self._params(spec, params), "policy": policy_params,
+                          "policy_kind": policy.kind, "hidden": hidden, "seed": seed, "max_steps": max_steps,
+                          "autoreset_mode": AUTORESET_MODES[autoreset], "t0": 0, "t_count": 0, "n": n}, env=bufs))  # fmt: skip
+        i_t0, i_count = pack.index("t0"), pack.index("t_count")
         # ceil(T / steps_per_launch) launches; each moves the time window (t0, t_count) on.
         for t0 in range(0, steps, steps_per_launch):
-            count = min(steps_per_launch, steps - t0)
-            k.rollout[self._grid(n)](*head, np.int32(t0), np.int32(count), np.int32(n))
+            args[i_t0], args[i_count] = np.int32(t0), np.int32(min(steps_per_launch, steps - t0))
+            k.rollout[self._grid(n)](*args)
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, _ = self._check_mlp(policy_params, obs, hidden, out_dim)
@@ -210,34 +220,24 @@ class NumbaBackend(Backend):
             fn[self._grid(n)](policy_params, np.int32(hidden), obs, out)
         return out
 
-    # ---- rollout buffer ops ------------------------------------------------------------------
+    # ---- rollout buffer ops (arguments validated by portkern.buffer: launches only) -----------
     def _buffers(self, dtype: np.dtype) -> Any:
         return _kernels().buffer_kernels(np.dtype(dtype).str, self.reduce_block_size)
 
-    def _check_all(self, **arrays: Any) -> None:
-        for what, a in arrays.items():
-            self._check_array(a, what)
-
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
-        self._check_all(rewards=rewards, values=values, next_values=next_values, terminated=terminated,
-                        truncated=truncated, advantages=advantages, returns=returns)  # fmt: skip
         T = rewards.dtype.type
         self._buffers(rewards.dtype).gae[self._grid(rewards.shape[1])](
             rewards, values, next_values, terminated, truncated, advantages, returns, T(gamma), T(T(gamma) * T(lam))
         )  # fmt: skip
 
     def discounted_returns(self, rewards, terminated, truncated, bootstrap, out, gamma):
-        self._check_all(
-            rewards=rewards, terminated=terminated, truncated=truncated, bootstrap=bootstrap, out=out
-        )
-        k = self._buffers(rewards.dtype)
-        fn = k.returns_tn if len(bootstrap.shape) == 2 else k.returns_n
-        fn[self._grid(rewards.shape[1])](
-            rewards, terminated, truncated, bootstrap, out, rewards.dtype.type(gamma)
+        per_step = len(bootstrap.shape) == 2
+        boot = bootstrap if per_step else bootstrap.reshape(1, bootstrap.shape[0])
+        self._buffers(rewards.dtype).returns[self._grid(rewards.shape[1])](
+            rewards, terminated, truncated, boot, out, rewards.dtype.type(gamma), np.int32(per_step)
         )
 
     def normalize(self, x, out, eps):
-        self._check_all(x=x, out=out)
         n = x.size
         if n == 0:
             return
@@ -256,9 +256,6 @@ class NumbaBackend(Backend):
         k.norm_apply[self._grid(n)](flat, flat_out, stats, x.dtype.type(eps), np.int32(n))
 
     def gather(self, x, indices, out):
-        self._check_all(x=x, indices=indices, out=out)
-        if indices.dtype not in (np.int64, np.int32):
-            raise TypeError(f"indices: expected int64 or int32, got {indices.dtype}")
         if indices.shape[0] == 0:
             return
         row_len = math.prod(x.shape[1:])

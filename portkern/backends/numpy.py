@@ -92,6 +92,9 @@ class NumpyBackend(Backend):
     def zeros(self, shape, dtype):
         return np.zeros(shape, dtype=dtype)
 
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
     def from_host(self, a):
         return np.array(a, copy=True)
 

@@ -180,6 +180,9 @@ class TorchBackend(Backend):
     def zeros(self, shape, dtype):
         return torch.zeros(tuple(shape), dtype=self.torch_dtype(dtype), device=self.device)
 
+    def empty(self, shape, dtype):
+        return torch.empty(tuple(shape), dtype=self.torch_dtype(dtype), device=self.device)
+
     def from_host(self, a):
         host = np.array(a, copy=True, order="C")  # owned and writable: torch.from_numpy shares it
         t = torch.from_numpy(host)
@@ -210,6 +213,9 @@ class TorchBackend(Backend):
     @staticmethod
     def _contiguous(a: Any) -> bool:
         return bool(a.is_contiguous())
+
+    def holds(self, a: Any) -> bool:
+        return self.owns(a) and a.device == self.device
 
     def _check_array(self, a, what, dtype=None, shape=None):
         super()._check_array(a, what, dtype, shape)
@@ -295,19 +301,13 @@ class TorchBackend(Backend):
         with torch.no_grad():
             return ops.mlp_forward(policy_params, obs, int(hidden), int(out_dim))
 
-    # ---- rollout buffer ops ------------------------------------------------------------------
-    def _check_all(self, **arrays: Any) -> None:
-        for what, a in arrays.items():
-            self._check_array(a, what)
-
+    # ---- rollout buffer ops (arguments validated by portkern.buffer: launches only) -----------
     @staticmethod
     def _real(like: Any, value: float) -> float:
         """``value`` rounded to the precision of ``like`` (the reference's ``T(value)``), as a Python float."""
         return float(dtype_of(like).type(value))
 
     def gae(self, rewards, values, next_values, terminated, truncated, advantages, returns, gamma, lam):
-        self._check_all(rewards=rewards, values=values, next_values=next_values, terminated=terminated,
-                        truncated=truncated, advantages=advantages, returns=returns)  # fmt: skip
         g = self._real(rewards, gamma)
         gl = self._real(rewards, g * self._real(rewards, lam))
         with torch.no_grad():
@@ -317,7 +317,6 @@ class TorchBackend(Backend):
         ops.gae(*args)
 
     def discounted_returns(self, rewards, terminated, truncated, bootstrap, out, gamma):
-        self._check_all(rewards=rewards, terminated=terminated, truncated=truncated, bootstrap=bootstrap, out=out)
         with torch.no_grad():
             self._discounted_returns(rewards, terminated, truncated, bootstrap, out, self._real(rewards, gamma))
 
@@ -325,7 +324,6 @@ class TorchBackend(Backend):
         ops.discounted_returns(*args)
 
     def normalize(self, x, out, eps):
-        self._check_all(x=x, out=out)
         acc = torch.float64 if self.supports_float64 else torch.float32
         with torch.no_grad():
             self._normalize(x, out, self._real(x, eps), acc)
@@ -334,7 +332,6 @@ class TorchBackend(Backend):
         ops.normalize(*args)
 
     def gather(self, x, indices, out):
-        self._check_all(x=x, indices=indices, out=out)
         with torch.no_grad():
             self._gather(x, indices, out)
 

@@ -17,8 +17,7 @@ from .common import Toolkit
 @dataclass(frozen=True)
 class BufferKernels:
     gae: Any  # (rewards, values, next_values, terminated, truncated, advantages, returns, gamma, gamma_lam)
-    returns_n: Any  # (rewards, terminated, truncated, bootstrap [N], out, gamma)
-    returns_tn: Any  # (rewards, terminated, truncated, bootstrap [T, N], out, gamma)
+    returns: Any  # (rewards, terminated, truncated, bootstrap [T, N] or [1, N], out, gamma, per_step_bootstrap)
     norm_partial: Any  # (x, pcount, pmean, pm2): one (count, mean, M2) per block
     norm_finalize: Any  # (pcount, pmean, pm2, stats, groups): one block
     norm_apply: Any  # (x, out, stats, eps, n)
@@ -46,28 +45,21 @@ def build(k: Toolkit, wg: int) -> BufferKernels:
                 returns[t, i] = last + v
 
     @cuda.jit
-    def pk_discounted_returns_n(rewards, terminated, truncated, bootstrap, out, gamma):
+    def pk_discounted_returns(rewards, terminated, truncated, bootstrap, out, gamma, per_step_bootstrap):
+        # bootstrap is [T, N] (per_step_bootstrap: the value of each step's final obs, used wherever a
+        # step truncated) or [1, N] (the value after the last step; a truncation mid-rollout ends the
+        # return with no bootstrap), as the per_step_bootstrap argument of the other APIs' kernel.
         i = cuda.grid(1)
         steps, n = rewards.shape
         if i < n:
             running = zero
             for t in range(steps - 1, -1, -1):
-                if t == steps - 1:
-                    nxt = bootstrap[i]
+                if t == steps - 1 or (per_step_bootstrap and truncated[t, i]):
+                    nxt = bootstrap[t if per_step_bootstrap else 0, i]
+                elif truncated[t, i]:
+                    nxt = zero
                 else:
-                    nxt = zero if truncated[t, i] else running
-                running = rewards[t, i] + mul(mul(gamma, nxt), zero if terminated[t, i] else one)
-                out[t, i] = running
-
-    @cuda.jit
-    def pk_discounted_returns_tn(rewards, terminated, truncated, bootstrap, out, gamma):
-        i = cuda.grid(1)
-        steps, n = rewards.shape
-        if i < n:
-            running = zero
-            for t in range(steps - 1, -1, -1):
-                # Where an episode was truncated, bootstrap from the value of its final obs.
-                nxt = bootstrap[t, i] if (t == steps - 1 or truncated[t, i]) else running
+                    nxt = running
                 running = rewards[t, i] + mul(mul(gamma, nxt), zero if terminated[t, i] else one)
                 out[t, i] = running
 
@@ -135,7 +127,7 @@ def build(k: Toolkit, wg: int) -> BufferKernels:
         if j < n:
             out[j] = (x[j] - stats[0]) / (stats[1] + eps)
 
-    return BufferKernels(gae=pk_gae, returns_n=pk_discounted_returns_n, returns_tn=pk_discounted_returns_tn,
+    return BufferKernels(gae=pk_gae, returns=pk_discounted_returns,
                          norm_partial=pk_normalize_partial, norm_finalize=pk_normalize_finalize,
                          norm_apply=pk_normalize_apply)  # fmt: skip
 

@@ -226,13 +226,13 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
         return t, ep, nr, r, term, trunc
 
     @kernel(f"{stem}_reset")
-    def reset(state, steps, episodes, needs_reset, obs, p, seed, fresh, n):
+    def reset(state, steps, episodes, needs_reset, obs, params, seed, fresh, n):
         i = cuda.grid(1)
         if i < n:
             ep = np.uint32(0) if fresh else np.uint32(episodes[i] + np.uint32(1))
             episodes[i] = ep
             s = cuda.local.array(D, T)
-            env_reset(reset_draw(seed, i, ep), p, s)
+            env_reset(reset_draw(seed, i, ep), params, s)
             for j in range(D):
                 state[j, i] = s[j]
             steps[i] = 0
@@ -240,7 +240,7 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             observe(s, obs, i)
 
     @kernel(f"{stem}_step")
-    def step(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated, truncated, p, seed,
+    def step(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated, truncated, params, seed,
              max_steps, autoreset_mode, n):  # fmt: skip
         i = cuda.grid(1)
         if i < n:
@@ -248,7 +248,7 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             for j in range(D):
                 s[j] = state[j, i]
             t, ep, nr, r, term, trunc = advance(s, steps[i], episodes[i], needs_reset[i], actions[i], obs, i,
-                                                final_obs, i, p, seed, max_steps, autoreset_mode, i)  # fmt: skip
+                                                final_obs, i, params, seed, max_steps, autoreset_mode, i)  # fmt: skip
             for j in range(D):
                 state[j, i] = s[j]
             steps[i] = t
@@ -259,7 +259,7 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             truncated[i] = trunc
 
     @kernel(f"{stem}_rollout")
-    def rollout(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, p, policy,
+    def rollout(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, params, policy,
                 policy_kind, hidden, out_obs, out_actions, out_rewards, out_terminated, out_truncated,
                 out_final_obs, seed, max_steps, autoreset_mode, t0, t_count, n):  # fmt: skip
         # Steps t0 .. t0 + t_count - 1 for env i; the out arrays are flattened to rows t * n + i. State
@@ -286,7 +286,7 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
                 for c in range(obs_dim):
                     out_obs[row, c] = o[0, c]
                 out_actions[row] = a
-                t, ep, nr, r, term, trunc = advance(s, t, ep, nr, a, o, 0, out_final_obs, row, p, seed, max_steps,
+                t, ep, nr, r, term, trunc = advance(s, t, ep, nr, a, o, 0, out_final_obs, row, params, seed, max_steps,
                                                     autoreset_mode, i)  # fmt: skip
                 out_rewards[row] = r
                 out_terminated[row] = term
