@@ -229,7 +229,7 @@ class VectorEnv:
             actions = sample_actions(policy, self.spec, obs, self.seed, b.to_host(bufs.episodes), b.to_host(bufs.steps))
             buf.obs[t] = obs
             buf.actions[t] = actions
-            b.write(self._actions, actions)
+            self._actions = b.assign(self._actions, actions)
             self.backend.env_step(
                 self.spec, bufs, self._actions, self._param_vector, self.seed,
                 self.spec.max_episode_steps, self.autoreset,
@@ -278,7 +278,7 @@ class VectorEnv:
             if not np.isfinite(host).all():
                 raise ValueError(f"actions: expected {expected}, got NaN or inf")
             host = host.reshape(n)
-        self.backend.write(self._actions, np.ascontiguousarray(host, dtype=self._act_dtype))
+        self._actions = self.backend.assign(self._actions, np.ascontiguousarray(host, dtype=self._act_dtype))
         return self._actions
 
     def _host_actions(self, actions: Any, expected: str) -> np.ndarray:
@@ -345,13 +345,13 @@ class VectorEnv:
         b = self.backend
         if host_state is not None:
             dev_state = np.ascontiguousarray(host_state.T, dtype=self.dtype)
-            b.write(self._bufs.state, dev_state)
+            self._bufs.state = b.assign(self._bufs.state, dev_state)
             # The obs of the new state (by the reference: trigonometric obs may differ from a kernel's in the
             # last ulp), so that env.obs and a rollout's first recorded obs describe the state just set.
-            b.write(self._bufs.obs, np.ascontiguousarray(self.spec.observe(dev_state), dtype=self.dtype))
+            self._bufs.obs = b.assign(self._bufs.obs, np.ascontiguousarray(self.spec.observe(dev_state), dtype=self.dtype))
         if host_steps is not None:
-            b.write(self._bufs.steps, host_steps.astype(np.int32))
-        b.write(self._bufs.needs_reset, np.zeros(n, dtype=np.bool_))
+            self._bufs.steps = b.assign(self._bufs.steps, host_steps.astype(np.int32))
+        self._bufs.needs_reset = b.assign(self._bufs.needs_reset, np.zeros(n, dtype=np.bool_))
         self._ready = True
 
     # ---- Gymnasium spaces --------------------------------------------------------------------

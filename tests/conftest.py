@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 
 # No NVIDIA GPU here: run Numba-CUDA kernels in Numba's CUDA simulator. Must be set before
@@ -13,6 +14,12 @@ if (
     and not os.path.exists("/dev/nvidia0")
 ):
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+# XLA:CPU contracts a * b + c into an FMA where the CPU has one, which moves the jax backend's
+# reset draws an ulp off the reference's; capped at AVX (no FMA) its arithmetic is the reference's,
+# bit for bit. Read when JAX creates its CPU client, so set before any test touches JAX.
+if platform.machine().lower() in ("x86_64", "amd64") and "xla_cpu_max_isa" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX").strip()
 
 import numpy as np
 import pytest
