@@ -21,8 +21,9 @@ from portkern.train.stacks import parse_stack  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[1] / "portkern" / "data" / "train_configs.json"
 #: Every stack kind this machine runs: the host simulator, one launch per step on two OpenCL drivers,
-#: fused collection, and the torch backends (resident).
-SMOKE_STACKS = ["gymnasium", "numpy", "opencl@pocl", "opencl@intel", "opencl+fused@pocl", "torch", "torch_compile"]
+#: fused collection, the torch backends (resident), and the whole-loop-compiled jax stack (resident).
+SMOKE_STACKS = ["gymnasium", "numpy", "opencl@pocl", "opencl@intel", "opencl+fused@pocl", "torch", "torch_compile",
+                "jax", "torch+compiled-update"]
 
 
 # ---- the config file ---------------------------------------------------------------------------------
@@ -91,6 +92,46 @@ def test_overrides_are_checked() -> None:
 def test_bad_stack_specs(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_stack(text)
+
+
+def test_compiled_update_suffix_keeps_the_stack_and_names_it() -> None:
+    s = parse_stack("opencl+fused+compiled-update@pocl")
+    assert (s.backend, s.mode, s.device, s.compiled_update) == ("opencl", "fused", "pocl", True)
+    assert s.label == "opencl+fused+compiled-update@pocl"
+    assert not parse_stack("torch").compiled_update
+    with pytest.raises(ValueError, match="applies to the torch-agent stacks"):
+        parse_stack("jax+compiled-update")
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_compiled_loss_gradient_equals_the_eager_one(env_id: str) -> None:
+    """The compiled minibatch step's gradient is the eager path's (same loss), to float32 rounding."""
+    from portkern.train.ppo import CompiledLoss
+
+    spec = envs.get(env_id)
+    cfg = config.task(env_id).ppo
+    torch.manual_seed(1)
+    agent = Agent(spec.obs_dim, spec.discrete_actions if spec.is_discrete else None)
+    g = torch.Generator().manual_seed(2)
+    b = 64
+    obs = torch.randn(b, spec.obs_dim, generator=g)
+    with torch.no_grad():
+        actions, old_logp, _, old_v = agent.act(obs)
+    old_logp = old_logp + 0.1 * torch.randn(b, generator=g)  # ratios away from 1: the clips matter
+    adv, ret = torch.randn(b, generator=g), torch.randn(b, generator=g)
+    compiled = CompiledLoss(agent, cfg)
+    named = dict(agent.named_parameters())
+    grads, stats = compiled.grad({n: named[n].detach() for n in compiled.names}, obs, actions, old_logp, old_v, adv, ret)
+    _, newlogp, entropy, newv = agent.act(obs, actions)
+    ratio = (newlogp - old_logp).exp()
+    pg = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+    vc = old_v + torch.clamp(newv - old_v, -cfg.clip_coef, cfg.clip_coef)
+    v_loss = 0.5 * torch.max((newv - ret) ** 2, (vc - ret) ** 2).mean()
+    loss = pg - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+    loss.backward()
+    for n in compiled.names:
+        torch.testing.assert_close(grads[n], named[n].grad, rtol=1e-4, atol=1e-6, msg=n)
+    torch.testing.assert_close(stats[0], pg.detach(), rtol=1e-5, atol=1e-6)
 
 
 # ---- GAE of the host-simulator stack -------------------------------------------------------------------
@@ -220,7 +261,8 @@ def test_interrupted_run_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
             "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(argv) == 130
     assert calls["n"] == 2
-    assert list(tmp_path.iterdir()) == []  # neither the JSON nor a partial file
+    # Neither the JSON nor a partial file: only the journal, which keeps the finished run.
+    assert list(tmp_path.iterdir()) == [tmp_path / "run.json.journal"]
     assert "interrupted after 1 of 2 runs: nothing written" in capsys.readouterr().err
 
 

@@ -39,6 +39,15 @@ def register(sub: Any) -> None:
     p.add_argument("--machine", default=None,
                    help="name of this machine in the results (default: $PORTKERN_MACHINE, else the host name)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar; a line per finished run only")
+    p.add_argument("--resume", action="store_true",
+                   help="finish an interrupted grid: skip the runs its journal (<out>.journal) holds, after checking "
+                        "that the config, code revision and machine are the same")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the grid on Ray (pip install 'portkern[ray]'): no ADDRESS starts a local Ray for the "
+                        "run; an ADDRESS (ray://host:10001, host:6379 or auto) joins an existing cluster. One run "
+                        "per piece of hardware at a time: a GPU, or --cores-per-run cores of a CPU")
+    p.add_argument("--cores-per-run", type=int, default=None, metavar="K",
+                   help="with --ray: the CPU cores each run reserves for itself (pinned, disjoint; default 1)")
     p.set_defaults(func=cmd_train)
 
 
@@ -123,6 +132,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("no stack can run here: " + "; ".join(skipped))
     seeds = _seeds(args.seeds)
     out = Path(args.out)
+    grid = None
+    if args.cores_per_run is not None and args.ray is None:
+        raise ValueError("--cores-per-run: only with --ray (a serial run holds the whole machine)")
+    if args.ray is not None:
+        from .ray_grid import RayGrid
+
+        grid = RayGrid(None if args.ray == "local" else args.ray,
+                       1 if args.cores_per_run is None else args.cores_per_run, stacks)  # fmt: skip
     for line in skipped:
         print(f"skipped stack {line}", file=sys.stderr)
     print(f"portkern train: {len(tasks)} task(s) x {len(stacks)} stack(s) x {len(seeds)} seed(s) = "
@@ -130,13 +147,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     command = "portkern train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["train"] else ""
     try:
         doc = train_many(tasks, stacks, seeds, out, args.config or "portkern/data/train_configs.json",
-                         command=command, progress=not args.no_progress)  # fmt: skip
+                         command=command, progress=not args.no_progress, resume=args.resume, grid=grid)  # fmt: skip
     except Interrupted as exc:
         print(f"portkern train: {exc}", file=sys.stderr)
         return 130
     print(summary(doc))
+    for f in doc.get("failed", []):  # runs whose workers died twice (a Ray grid): listed, never hidden
+        print(f"failed: {f['task']} {f['stack']} seed {f['seed']}: {f['reason']} (--resume runs it again)")
     print(f"wrote {out}")
-    return 0
+    return 0 if not doc.get("failed") else 1
 
 
 def summary(doc: dict[str, Any]) -> str:

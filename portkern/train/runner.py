@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import platform
@@ -19,7 +18,7 @@ import torch
 from .. import __version__
 from ..identity import cpu_model, machine_label
 from .config import TRAIN_SCHEMA, TaskConfig
-from .ppo import PHASES, UPDATE_PARTS, Agent, PhaseTimer, finished_returns, ppo_update, window_mean
+from .ppo import PHASES, UPDATE_PARTS, Agent, CompiledLoss, PhaseTimer, finished_returns, ppo_update, window_mean
 from .stacks import Stack, StackSpec, Storage, build
 
 DEVICE_HOUR = (
@@ -67,10 +66,16 @@ class RunResult:
 
 
 def train_one(task: TaskConfig, spec: StackSpec, seed: int,
-              on_update: Callable[[int, int, float], None] | None = None) -> tuple[RunResult, dict[str, Any]]:  # fmt: skip
-    """One run of ``task`` on ``spec`` with ``seed``: (result, the env device's identity)."""
+              on_update: Callable[[int, int, float], None] | None = None,
+              threads: int | None = None) -> tuple[RunResult, dict[str, Any]]:  # fmt: skip
+    """One run of ``task`` on ``spec`` with ``seed``: (result, the env device's identity). ``threads`` caps
+    PyTorch's threads at the cores the run reserved (a Ray worker's K cores), never above the pinned count."""
     cfg = task.ppo
-    torch.set_num_threads(cfg.torch_threads)
+    if spec.backend == "jax":  # the whole PPO in JAX: its own loop, the same record
+        from .jax_ppo import train_one as train_one_jax
+
+        return train_one_jax(task, spec, seed, on_update, threads, result_class=RunResult)
+    torch.set_num_threads(cfg.torch_threads if threads is None else max(1, min(cfg.torch_threads, threads)))
     torch.manual_seed(seed)
     stack: Stack = build(spec, task, seed)
     timer = PhaseTimer(stack.sync)
@@ -83,6 +88,9 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
             device = stack.agent_device
             agent = Agent(stack.obs_dim, stack.n_actions, cfg.hidden).to(device)
             optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
+            compiled = CompiledLoss(agent, cfg) if spec.compiled_update else None
+            if compiled is not None:
+                compiled.warm_up(cfg.batch_size // cfg.num_minibatches)  # compiled once per process (prime)
             T, N, D = cfg.num_steps, cfg.num_envs, stack.obs_dim
             store = Storage.zeros(T, N, D, stack.discrete, device)
             stack.warm_up(agent)
@@ -106,7 +114,7 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
             with timer("update"):
                 losses = ppo_update(agent, optimizer, cfg, timer, store.obs.reshape(-1, D), store.actions.reshape(-1),
                                     store.logprobs.reshape(-1), store.values.reshape(-1), advantages.reshape(-1),
-                                    returns.reshape(-1))  # fmt: skip
+                                    returns.reshape(-1), compiled)  # fmt: skip
             with timer("other"):
                 finished = finished_returns(episode_return, store.rewards, store.terminated | store.truncated)
                 global_step += T * N
@@ -162,6 +170,8 @@ def prime(task: TaskConfig, spec: StackSpec) -> float:
         stack.setup()
         agent = Agent(stack.obs_dim, stack.n_actions, task.ppo.hidden).to(stack.agent_device)
         stack.warm_up(agent)
+        if spec.compiled_update:  # the update's compiled loss graph, cached per process like the kernels
+            CompiledLoss(agent, task.ppo).warm_up(task.ppo.batch_size // task.ppo.num_minibatches)
     finally:
         stack.close()
     return time.perf_counter() - t0
@@ -193,57 +203,154 @@ def host_info() -> dict[str, Any]:
 
 
 class Interrupted(RuntimeError):
-    """The run was stopped (Ctrl-C): nothing was written."""
+    """The run was stopped (Ctrl-C): no final JSON was written; the journal keeps every finished run."""
+
+
+#: What H is per, when every run holds the whole machine (the serial default).
+WHOLE_MACHINE = "the whole processor (every core of the machine), or one GPU, held by one run at a time"
+
+
+def grid_identity(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int],
+                  config_source: str, unit: str) -> dict[str, Any]:  # fmt: skip
+    """What a resume must find unchanged: the pinned task configs, stacks, seeds, the unit H is per, the code
+    revision and the machine (a run from another machine or another commit is another measurement)."""
+    return {
+        "config": {"source": config_source, "tasks": {t.env_id: t.as_dict() for t in tasks}},
+        "stacks": [s.label for s in stacks], "seeds": list(seeds), "unit": unit,
+        "code_revision": code_revision(),
+        "machine": {"name": machine_label(), "cpu": cpu_model(), "cores": os.cpu_count()},
+    }  # fmt: skip
+
+
+def run_key(task: TaskConfig, spec: StackSpec, seed: int) -> list[Any]:
+    return ["run", task.env_id, spec.label, seed]
+
+
+def local_schedule(start: float, end: float, hardware_key: str) -> dict[str, Any]:
+    """Where and when a run ran: the worker (host:pid), its hardware, the cores it may use, start and end, and
+    the earlier attempts at it that a dead worker cut short (a Ray grid's; none here)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no affinity call; the run may use every core
+        cores = list(range(os.cpu_count() or 1))
+    return {"worker": f"{platform.node()}:{os.getpid()}", "hardware": hardware_key, "cores": cores,
+            "start": _iso(start), "end": _iso(end), "attempts": []}  # fmt: skip
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int], out: Path,
-               config_source: str, command: str = "", progress: bool = True) -> dict[str, Any]:  # fmt: skip
-    """Every (task, seed, stack), seed-major so a shared machine's drift hits every stack alike; the JSON
-    is written to ``out`` only once every run has finished (atomically: a temporary file renamed)."""
+               config_source: str, command: str = "", progress: bool = True, resume: bool = False,
+               grid: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Every (task, seed, stack), seed-major so a shared machine's drift hits every stack alike. Each finished
+    run is appended to the journal next to ``out`` (``<out>.journal``) as it finishes; once every run has
+    finished the JSON is built from the journal and written to ``out`` atomically, and the journal removed
+    (kept when runs failed, so that a resume runs them again). ``resume`` skips the runs the journal holds (after checking it is this grid's: config, code, machine).
+    ``grid`` runs the remaining runs elsewhere (a :class:`portkern.train.ray_grid.RayGrid`); default: here,
+    one after another."""
+    from ..journal import Journal, journal_path, write_json_atomically
+
     out = Path(out)
     if out.exists() and out.is_dir():
         raise ValueError(f"--out {out}: is a folder; expected a JSON file path")
     if not out.parent.exists():
         raise ValueError(f"--out {out}: folder {out.parent} does not exist")
     plan = [(t, s, sd) for t in tasks for sd in seeds for s in stacks]
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    host_start = host_info()
+    unit = grid.unit if grid is not None else WHOLE_MACHINE
+    journal = Journal.open(
+        journal_path(out), "train", grid_identity(tasks, stacks, seeds, config_source, unit), resume,
+        extra={"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "host": host_info(),
+               "command": command},
+    )  # fmt: skip
+    todo = [(t, s, sd) for t, s, sd in plan if tuple(run_key(t, s, sd)) not in journal.done]
+    bar = _Progress(len(plan), enabled=progress)
+
+    def record(task: TaskConfig, spec: StackSpec, seed: int, run: dict[str, Any], device: dict[str, Any]) -> None:
+        journal.append(run_key(task, spec, seed), {"run": run, "device": device})
+
+    def record_failed(task: TaskConfig, spec: StackSpec, seed: int, reason: str, attempts: list[Any]) -> None:
+        failure = {"task": task.env_id, "stack": spec.label, "seed": seed, "reason": reason, "attempts": attempts}
+        journal.append(run_key(task, spec, seed), failure, status="failed")
+
+    def record_prime(task: TaskConfig, spec: StackSpec, seconds: float) -> None:
+        journal.append(["prime", task.env_id, spec.label], {"seconds": round(seconds, 4)}, status="note")
+
+    try:
+        if grid is not None:
+            grid.execute(todo, record, record_failed, record_prime, progress=progress)
+        elif todo:
+            # Fail fast: every stack still to run builds and compiles before the first run starts.
+            pairs = {(t.env_id, s.label): (t, s) for t, s, _ in todo}
+            for task, spec in pairs.values():
+                torch.set_num_threads(task.ppo.torch_threads)
+                record_prime(task, spec, prime(task, spec))
+            with bar:
+                bar.skip(len(plan) - len(todo))
+                for i, (task, spec, seed) in enumerate(todo):
+                    bar.start_run(f"{task.env_id} {spec.label} seed {seed}", i)
+                    start = time.time()
+                    result, identity = train_one(task, spec, seed, bar.update)
+                    run = {**result.as_dict(), "schedule": local_schedule(start, time.time(), identity["hardware_key"])}
+                    record(task, spec, seed, run, identity)
+                    bar.end_run(result)
+    except KeyboardInterrupt:
+        done = sum(tuple(run_key(*p)) in journal.done for p in plan)
+        if not done:  # nothing to keep: a journal would only make the next plain run ask for --resume
+            journal.finish()
+            raise Interrupted(f"interrupted before any run finished: nothing written to {out}") from None
+        journal.close()
+        again = f"`{command} --resume`" if command and "--resume" not in command.split() else \
+            f"`{command}`" if command else "the same command with --resume"
+        raise Interrupted(f"interrupted after {done} of {len(plan)} runs: nothing written to {out} yet; the "
+                          f"finished runs are kept in {journal.path}; finish the rest with {again}") from None
+    except BaseException:  # a stack that fails to build, a bad cluster: keep what finished, if anything did
+        if any(tuple(run_key(*p)) in journal.done for p in plan):
+            journal.close()
+        else:
+            journal.finish()
+        raise
+    doc = build_document(journal.header, journal.done, journal.failed, journal.notes, tasks, plan, config_source, command)
+    write_json_atomically(out, doc)
+    if doc["failed"]:
+        journal.close()  # kept: --resume runs the failed runs again and rewrites the JSON
+    else:
+        journal.finish()
+    return doc
+
+
+def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str, Any]],
+                   failed: dict[tuple[Any, ...], dict[str, Any]], notes: dict[tuple[Any, ...], dict[str, Any]],
+                   tasks: Sequence[TaskConfig],
+                   plan: Sequence[tuple[TaskConfig, StackSpec, int]], config_source: str,
+                   command: str) -> dict[str, Any]:  # fmt: skip
+    """The final JSON from a journal's records: the runs in plan order, whichever process or worker ran them and
+    in whatever order they finished, so a resumed or distributed grid has the schema of an uninterrupted one."""
     runs: list[dict[str, Any]] = []
     devices: dict[str, dict[str, Any]] = {}
-    bar = _Progress(len(plan), enabled=progress)
     primed: dict[str, dict[str, float]] = {}
-    try:
-        for task in tasks:  # fail fast: every stack builds and compiles before the first run starts
-            for spec in stacks:
-                torch.set_num_threads(task.ppo.torch_threads)
-                primed.setdefault(task.env_id, {})[spec.label] = round(prime(task, spec), 4)
-        with bar:
-            for i, (task, spec, seed) in enumerate(plan):
-                bar.start_run(f"{task.env_id} {spec.label} seed {seed}", i)
-                result, identity = train_one(task, spec, seed, bar.update)
-                devices[identity["device_key"]] = identity
-                runs.append(result.as_dict())
-                bar.end_run(result)
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted after {len(runs)} of {len(plan)} runs: nothing written to {out}") from None
-    doc = {
-        "schema": TRAIN_SCHEMA, "portkern_version": __version__, "code_revision": code_revision(),
-        "created": started, "command": command,
+    for key, data in notes.items():
+        if key[0] == "prime":
+            primed.setdefault(key[1], {})[key[2]] = data["seconds"]
+    for task, spec, seed in plan:
+        rec = done.get(tuple(run_key(task, spec, seed)))
+        if rec is not None:
+            runs.append(rec["run"])
+            devices[rec["device"]["device_key"]] = rec["device"]
+    failures = [data for key, data in failed.items() if key[0] == "run" and key not in done]
+    host_start = header.get("host") or host_info()
+    return {
+        "schema": TRAIN_SCHEMA, "portkern_version": __version__, "code_revision": header["identity"]["code_revision"],
+        "created": header.get("created"), "command": command,
         "config": {"source": config_source, "version": tasks[0].version if tasks else None,
                    "tasks": {t.env_id: t.as_dict() for t in tasks}},
-        "device_hour": DEVICE_HOUR, "phases": PHASES, "update_parts": UPDATE_PARTS,
-        "untimed_tolerance": UNTIMED_TOLERANCE, "host": {**host_start, "load_avg_end": host_info()["load_avg"]},
+        "device_hour": DEVICE_HOUR, "unit": header["identity"]["unit"], "phases": PHASES,
+        "update_parts": UPDATE_PARTS, "untimed_tolerance": UNTIMED_TOLERANCE,
+        "host": {**host_start, "load_avg_end": host_info()["load_avg"]},
         "order": "seed-major: for each task, every stack runs seed s before any runs seed s+1",
-        "prime_s": primed, "devices": devices, "runs": runs,
+        "prime_s": primed, "devices": devices, "runs": runs, "failed": failures,
     }  # fmt: skip
-    tmp = out.with_name(out.name + ".partial")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return doc
 
 
 class _Progress:
@@ -272,6 +379,13 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         if self.rich is not None:
             self.rich.__exit__(*exc)
+
+    def skip(self, n: int) -> None:
+        """Runs a resumed grid found finished in its journal."""
+        if n and self.rich is not None:
+            self.rich.advance(self.all, n)
+        elif n and self.enabled:
+            print(f"{n} run(s) already finished in the journal: skipped", file=sys.stderr, flush=True)
 
     def start_run(self, label: str, i: int) -> None:
         self.label = label

@@ -7,8 +7,13 @@
 * ``<backend>+fused`` -- the policy's current weights copied into the in-kernel MLP once per update, the whole
   rollout collected in one launch, log-probs and values recomputed in PyTorch from the stored obs and actions.
 * ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
+* ``jax`` -- PPO itself in JAX (:mod:`portkern.train.jax_ppo`): rollout scan, GAE scan and every epoch and
+  minibatch each one compiled program, PureJaxRL's design, on the jax backend's physics.
 
-A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``.
+A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Any stack with the
+PyTorch agent takes the suffix ``+compiled-update`` (``torch+compiled-update``, ``opencl+fused+compiled-update@pocl``):
+each PPO minibatch's loss and backward run as one ``torch.compile`` graph (:class:`ppo.CompiledLoss`) instead of
+eager ops; without it the update is eager, so a report shows what compiling the update buys.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from .config import TaskConfig
 from .ppo import Agent, PhaseTimer, torch_gae
 
 TORCH_BACKENDS = ("torch", "torch_compile")
+#: Stack-name suffix: the PPO update's loss and backward compiled (torch.compile); without it, eager.
+COMPILED_UPDATE = "+compiled-update"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +41,7 @@ class StackSpec:
     backend: str | None  # None for gymnasium
     mode: str  # "host-sim", "step", "fused", "resident"
     device: str | None = None
+    compiled_update: bool = False  # NAME ends with +compiled-update
 
     @property
     def label(self) -> str:
@@ -47,6 +55,14 @@ def parse_stack(text: str) -> StackSpec:
     raw = text.strip()
     name, _, device = raw.partition("@")
     name, device = name.strip(), device.strip() or None
+    # "+compiled-update": the PPO minibatch loss and backward as one torch.compile graph (ppo.CompiledLoss);
+    # any torch-agent stack takes it, and the stack's name keeps it so runs with and without compare.
+    core = name[: -len(COMPILED_UPDATE)] if name.endswith(COMPILED_UPDATE) else name
+    if core != name:
+        if core in ("gymnasium", "jax") or not core:
+            raise ValueError(f"--stack {raw!r}: {COMPILED_UPDATE} applies to the torch-agent stacks, not {core!r}")
+        spec = parse_stack(core + (f"@{device}" if device else ""))
+        return dataclasses.replace(spec, name=name, compiled_update=True)
     known = [n for n in registry.names() if n != "cuda_host"]
     valid = f"gymnasium, {', '.join(known)}, or <backend>+fused (e.g. opencl+fused), each optionally @DEVICE"
     if name == "gymnasium":
@@ -58,6 +74,10 @@ def parse_stack(text: str) -> StackSpec:
         raise ValueError(f"--stack {raw!r}: unknown mode {suffix!r}; expected {valid}")
     if base not in known:
         raise ValueError(f"--stack {raw!r}: unknown backend {base!r}; expected {valid}")
+    if base == "jax":
+        if plus:
+            raise ValueError(f"--stack {raw!r}: the jax stack compiles the whole rollout already; use 'jax'")
+        return StackSpec(name, base, "resident", device)  # PPO itself in jax: portkern.train.jax_ppo
     if base in TORCH_BACKENDS:
         if plus:
             raise ValueError(f"--stack {raw!r}: the torch backends have no fused kernels (they are the framework "
@@ -317,7 +337,23 @@ class TorchStack(Stack):
                               gamma=self.task.ppo.gamma, lam=self.task.ppo.gae_lambda, backend=self.backend)  # fmt: skip
 
 
+class JaxStack(Stack):
+    """The ``jax`` stack's place in :func:`build`: its runs are :func:`portkern.train.jax_ppo.train_one` (the
+    whole PPO in compiled JAX, no torch agent); here only what :func:`runner.prime` needs, the compile."""
+
+    def setup(self) -> torch.Tensor:
+        from . import jax_ppo
+
+        jax_ppo.compile_all(jax_ppo.Static.of(self.task), self.seed)
+        return torch.zeros((self.task.ppo.num_envs, self.obs_dim))
+
+    def warm_up(self, agent: Agent) -> None:
+        pass  # setup compiled every stage
+
+
 def build(spec: StackSpec, task: TaskConfig, seed: int) -> Stack:
+    if spec.backend == "jax":
+        return JaxStack(spec, task, seed)
     if spec.mode == "host-sim":
         return GymnasiumStack(spec, task, seed)
     if spec.mode == "resident":
