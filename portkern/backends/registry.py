@@ -32,7 +32,7 @@ def register(cls: type[Backend]) -> type[Backend]:
 def _modules() -> dict[str, str]:
     """Backend name -> module: every public module in this package, plus the ``portkern.backends``
     entry points of other distributions. Found by listing, not by a list kept by hand."""
-    from . import __path__ as here
+    here = [os.path.dirname(os.path.abspath(__file__))]  # this package's folder, without importing the package
 
     found = {m.name: f"portkern.backends.{m.name}" for m in pkgutil.iter_modules(here)
              if not m.name.startswith("_") and m.name not in _NOT_BACKENDS}  # fmt: skip
@@ -159,3 +159,8 @@ def backend_of(x: Any) -> Backend:
         f"cannot tell the backend of a {type(x).__module__}.{type(x).__name__}; pass backend= "
         f"or use a NumPy array or an array returned by a portkern env"
     )
+
+
+# Backend.for_array finds instances through this registry; installed here so that base.py, which the
+# registry imports, needs no import of the registry back.
+Backend._resolve = staticmethod(get_backend)
