@@ -16,25 +16,14 @@ __all__ = ["VectorEnv", "make"]
 MAX_ENVS = 2**31 - 1  # env indices are int32 in kernels
 
 
-def make(
-    env_id: str,
-    num_envs: int,
-    *,
-    backend: str | Backend = "numpy",
-    device: str | None = None,
-    seed: int = 0,
-    dtype: str | np.dtype = "float32",
-    autoreset: str = "same_step",
-    params: Mapping[str, float] | None = None,
-) -> VectorEnv:
+def make(env_id: str, num_envs: int, **options: Any) -> VectorEnv:
     """``num_envs`` copies of ``env_id`` resident on ``backend``/``device``; call ``reset()`` before ``step()``.
 
-    ``params`` overrides Gymnasium's physics constants by name (see ``portkern.envs.ENVS[id].defaults``).
+    ``options`` are :class:`VectorEnv`'s keywords (``backend``, ``device``, ``seed``, ``dtype``, ``autoreset``,
+    ``params``), declared there once with their defaults. ``params`` overrides Gymnasium's physics constants
+    by name (see ``portkern.envs.ENVS[id].defaults``).
     """
-    return VectorEnv(
-        env_id, num_envs, backend=backend, device=device, seed=seed, dtype=dtype,
-        autoreset=autoreset, params=params,
-    )  # fmt: skip
+    return VectorEnv(env_id, num_envs, **options)
 
 
 class VectorEnv:

@@ -32,27 +32,30 @@ def col(*xs, dtype=np.float64):
     return np.array(xs, dtype=dtype)[:, None]
 
 
-def test_gae_hand_computed_no_done(backend):
+def _hand_gae(backend, term=None, trunc=None):
+    """GAE of the hand-computed case on ``backend``: 3 steps of 1 env, rewards 1, values 0, next values 2,
+    gamma = lam = 0.5, no episode ending unless ``term``/``trunc`` ([3, 1] flags) say so."""
     r, v, nv = col(1, 1, 1), col(0, 0, 0), col(2, 2, 2)
     f = np.zeros((3, 1), bool)
-    adv, ret = buffer.gae(*(backend.from_host(a) for a in (r, v, nv, f, f)), gamma=0.5, lam=0.5)
+    flags = (f if term is None else term, f if trunc is None else trunc)
+    return buffer.gae(*(backend.from_host(a) for a in (r, v, nv, *flags)), gamma=0.5, lam=0.5)
+
+
+def test_gae_hand_computed_no_done(backend):
+    adv, ret = _hand_gae(backend)
     np.testing.assert_allclose(np_(adv)[:, 0], [2.625, 2.5, 2.0])
     np.testing.assert_allclose(np_(ret)[:, 0], [2.625, 2.5, 2.0])
 
 
 def test_gae_termination_does_not_bootstrap(backend):
-    r, v, nv = col(1, 1, 1), col(0, 0, 0), col(2, 2, 2)
     term = np.array([[False], [True], [False]])
-    f = np.zeros((3, 1), bool)
-    adv, _ = buffer.gae(*(backend.from_host(a) for a in (r, v, nv, term, f)), gamma=0.5, lam=0.5)
+    adv, _ = _hand_gae(backend, term=term)
     np.testing.assert_allclose(np_(adv)[:, 0], [2.25, 1.0, 2.0])
 
 
 def test_gae_truncation_bootstraps_and_cuts_the_trace(backend):
-    r, v, nv = col(1, 1, 1), col(0, 0, 0), col(2, 2, 2)
     trunc = np.array([[False], [True], [False]])
-    f = np.zeros((3, 1), bool)
-    adv, _ = buffer.gae(*(backend.from_host(a) for a in (r, v, nv, f, trunc)), gamma=0.5, lam=0.5)
+    adv, _ = _hand_gae(backend, trunc=trunc)
     np.testing.assert_allclose(np_(adv)[:, 0], [2.5, 2.0, 2.0])
 
 
@@ -71,35 +74,36 @@ def test_gae_reference_equals_the_per_env_loop(T, N, gamma, lam, seed):
     np.testing.assert_allclose(ret, exp_ret, rtol=1e-12, atol=1e-12)
 
 
-def test_discounted_returns_hand_computed(backend):
+def _hand_returns(backend, term=None, trunc=None, boot=None):
+    """Discounted returns of the hand-computed case on ``backend``: 3 steps of 1 env, rewards 1, gamma 0.5,
+    bootstrap value 4 after the last step (or the per-step values ``boot``), flags ``term``/``trunc``."""
     r = col(1, 1, 1)
     f = np.zeros((3, 1), bool)
-    out = buffer.discounted_returns(*(backend.from_host(a) for a in (r, f, f, np.array([4.0]))), gamma=0.5)
+    ins = (r, f if term is None else term, f if trunc is None else trunc, np.array([4.0]) if boot is None else boot)
+    return buffer.discounted_returns(*(backend.from_host(a) for a in ins), gamma=0.5)
+
+
+def test_discounted_returns_hand_computed(backend):
+    out = _hand_returns(backend)
     np.testing.assert_allclose(np_(out)[:, 0], [2.25, 2.5, 3.0])
 
 
 def test_discounted_returns_termination_cuts(backend):
-    r = col(1, 1, 1)
     term = np.array([[False], [True], [False]])
-    f = np.zeros((3, 1), bool)
-    out = buffer.discounted_returns(*(backend.from_host(a) for a in (r, term, f, np.array([4.0]))), gamma=0.5)
+    out = _hand_returns(backend, term=term)
     np.testing.assert_allclose(np_(out)[:, 0], [1.5, 1.0, 3.0])
 
 
 def test_discounted_returns_truncation_bootstraps_from_per_step_values(backend):
-    r = col(1, 1, 1)
     trunc = np.array([[False], [True], [False]])
-    f = np.zeros((3, 1), bool)
     boot = col(5, 6, 4)
-    out = buffer.discounted_returns(*(backend.from_host(a) for a in (r, f, trunc, boot)), gamma=0.5)
+    out = _hand_returns(backend, trunc=trunc, boot=boot)
     np.testing.assert_allclose(np_(out)[:, 0], [3.0, 4.0, 3.0])
 
 
 def test_discounted_returns_truncation_without_per_step_values_ends_the_return(backend):
-    r = col(1, 1, 1)
     trunc = np.array([[False], [True], [False]])
-    f = np.zeros((3, 1), bool)
-    out = buffer.discounted_returns(*(backend.from_host(a) for a in (r, f, trunc, np.array([4.0]))), gamma=0.5)
+    out = _hand_returns(backend, trunc=trunc)
     np.testing.assert_allclose(np_(out)[:, 0], [1.5, 1.0, 3.0])
 
 

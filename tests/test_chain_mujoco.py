@@ -77,6 +77,15 @@ def _rest_states(g: np.random.Generator, k: int, n: int):
     return g.uniform(-0.1, 0.1, (k, n)), g.uniform(-0.1, 0.1, (k, n))
 
 
+def _mj_run_from_rest(model: mujoco.MjModel, links: int, seed: int, n: int, steps: int = 100):
+    """``n`` rest states and [steps, links, n] controls in U[-1, 1], drawn from ``seed`` in that order, and
+    MuJoCo's trajectory from them: (q0, v0, ctrl, qpos, qvel)."""
+    g = np.random.default_rng(seed)
+    q0, v0 = _rest_states(g, links, n)
+    ctrl = g.uniform(-1.0, 1.0, (steps, links, n))
+    return (q0, v0, ctrl, *_mj_env_steps(model, q0, v0, ctrl))
+
+
 # --- the model -------------------------------------------------------------------------------------
 
 
@@ -204,17 +213,14 @@ def test_env_step_is_frame_skip_rk4_steps():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # whole MuJoCo trajectories
 @pytest.mark.parametrize("links", [2, 5, 10])
 def test_every_env_step_of_a_violent_trajectory_equals_mujoco(links):
     """One env step from each of MuJoCo's states along 100 steps at gear 5 (spinning at up to
     ~100 rad/s): the step map is the same everywhere, not only near rest."""
     p = chain.ChainParams(gear=5.0)
     m = _model(links, p)
-    g = np.random.default_rng(20 + links)
-    n, steps = 8, 100
-    q0, v0 = _rest_states(g, links, n)
-    ctrl = g.uniform(-1.0, 1.0, (steps, links, n))
-    mq, mv = _mj_env_steps(m, q0, v0, ctrl)
+    q0, v0, ctrl, mq, mv = _mj_run_from_rest(m, links, seed=20 + links, n=8)
     # All steps at once: the reference from the states before each step (a batch of steps * n envs).
     before_q = np.concatenate([q0[None], mq[:-1]]).transpose(1, 0, 2).reshape(links, -1)
     before_v = np.concatenate([v0[None], mv[:-1]]).transpose(1, 0, 2).reshape(links, -1)
@@ -226,19 +232,17 @@ def test_every_env_step_of_a_violent_trajectory_equals_mujoco(links):
     assert (np.abs(np.stack(got_v) - want_v).max(axis=0) / scale).max() <= 1e-9
 
 
+@pytest.mark.slow  # whole MuJoCo trajectories
 @pytest.mark.parametrize("links", [2, 5, 10])
 def test_100_env_steps_equal_mujoco_near_rest(links):
-    g = np.random.default_rng(links)
-    n, steps = 16, 100
-    q0, v0 = _rest_states(g, links, n)
-    ctrl = g.uniform(-1.0, 1.0, (steps, links, n))
-    mq, mv = _mj_env_steps(_model(links, GENTLE), q0, v0, ctrl)
+    q0, v0, ctrl, mq, mv = _mj_run_from_rest(_model(links, GENTLE), links, seed=links, n=16)
     rq, rv = _run(q0, v0, ctrl, GENTLE)
     assert np.abs(mv).max() > 1.0  # the controls do move the chain
     np.testing.assert_allclose(rq, mq, rtol=0, atol=1e-7)
     np.testing.assert_allclose(rv, mv, rtol=0, atol=1e-7)
 
 
+@pytest.mark.slow  # whole MuJoCo trajectories
 @pytest.mark.parametrize("links, gear", [(5, 5.0), (10, 1.0)])
 def test_100_env_steps_stay_within_mujocos_own_rounding_sensitivity(links, gear):
     """Where the chain is chaotic, the reference's gap to MuJoCo is no larger than MuJoCo's gap to
@@ -246,11 +250,7 @@ def test_100_env_steps_stay_within_mujocos_own_rounding_sensitivity(links, gear)
     the one-ulp run has not yet spread)."""
     p = chain.ChainParams(gear=gear)
     m = _model(links, p)
-    g = np.random.default_rng(30 + links)
-    n, steps = 16, 100
-    q0, v0 = _rest_states(g, links, n)
-    ctrl = g.uniform(-1.0, 1.0, (steps, links, n))
-    mq, mv = _mj_env_steps(m, q0, v0, ctrl)
+    q0, v0, ctrl, mq, mv = _mj_run_from_rest(m, links, seed=30 + links, n=16)
     gap_mj = 0.0
     for dq, dv in ((np.nextafter(q0, np.inf), v0), (q0, np.nextafter(v0, -np.inf))):
         pq, pv = _mj_env_steps(m, dq, dv, ctrl)
@@ -305,6 +305,7 @@ def test_float32_error_of_aba_does_not_grow_with_k_as_crbas_does():
     assert err["qacc_crba"] >= 100 * err["qacc"], err
 
 
+@pytest.mark.slow  # whole MuJoCo trajectories
 @pytest.mark.parametrize("links", sorted(F32_RUN_TOL))
 def test_float32_100_env_steps_within_documented_tolerance(links):
     p = GENTLE

@@ -15,6 +15,8 @@ from portkern._kernels import kernel_dir, load_source
 from portkern.backends import _cuda_tools
 from portkern.backends._cuda_tools import find_nvcc
 
+pytestmark = pytest.mark.slow  # every CUDA kernel through nvcc
+
 SOURCES = sorted(p.name for p in kernel_dir("cuda").glob("*.cu"))
 TARGETS = {"sm90": ("-cubin", "-arch=sm_90"), "compute75": ("--ptx", "-arch=compute_75")}
 DTYPES = {"float": ("-DREAL=float",), "double": ("-DREAL=double", "-DPK_DOUBLE=1")}

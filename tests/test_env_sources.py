@@ -69,26 +69,29 @@ def test_the_struct_check_catches_a_sibling_struct():
                            spec) == ["pk_cartpole_params"]  # fmt: skip
 
 
+def _env_source(backend: str, env_id: str, suffix: str) -> tuple:
+    """The env's kernel source file of ``backend`` (kernels/<backend>/<kernel><suffix>): (spec, path, text),
+    checked to exist and to read the env's generated params struct, as every backend's source must."""
+    spec = envs.get(env_id)
+    path = kernel_dir(backend) / f"{spec.kernel}{suffix}"
+    assert path.is_file(), f"{env_id}: no kernels/{backend}/{spec.kernel}{suffix}"
+    text = path.read_text()
+    assert f"pk_{spec.kernel}_params" in text, f"{path.name} does not read its generated params struct"
+    return spec, path, text
+
+
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_opencl_source_generates_the_three_entry_points(env_id):
-    spec = envs.get(env_id)
-    path = kernel_dir("opencl") / f"{spec.kernel}.cl"
-    assert path.is_file(), f"{env_id}: no kernels/opencl/{spec.kernel}.cl"
-    text = path.read_text()
+    spec, path, text = _env_source("opencl", env_id, ".cl")
     assert re.search(rf"#define\s+ENV_NAME\s+{spec.kernel}\b", text), f"{path.name}: ENV_NAME is not {spec.kernel}"
     assert '#include "pk_env.h"' in text, f"{path.name} does not include the entry-point template pk_env.h"
-    assert f"pk_{spec.kernel}_params" in text, f"{path.name} does not read its generated params struct"
     assert spec.struct_name in load_source("opencl", path.name)
 
 
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_cuda_source_generates_the_three_entry_points(env_id):
-    spec = envs.get(env_id)
-    path = kernel_dir("cuda") / f"{spec.kernel}.cu"
-    assert path.is_file(), f"{env_id}: no kernels/cuda/{spec.kernel}.cu"
-    text = path.read_text()
+    spec, path, text = _env_source("cuda", env_id, ".cu")
     assert re.search(rf"PK_ENV_KERNELS\(\s*{spec.kernel}\s*,", text), f"{path.name}: no PK_ENV_KERNELS({spec.kernel}, ...)"
-    assert f"pk_{spec.kernel}_params" in text, f"{path.name} does not read its generated params struct"
 
 
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)

@@ -51,6 +51,13 @@ def _ref_step(env_id, states, actions, dtype=np.float64):
     return np.stack(ns, axis=1).astype(np.float64), r.astype(np.float64), t
 
 
+def _both_steps(env_id: str, rng: np.random.Generator) -> tuple[tuple, tuple]:
+    """Gymnasium's step and the float64 reference's from the same random states and actions."""
+    states = _states(env_id, rng)
+    actions = _actions(envs.get(env_id), rng)
+    return _gym_step(env_id, states, actions), _ref_step(env_id, states, actions)
+
+
 def _libm_square(a: np.ndarray) -> np.ndarray:
     # Gymnasium's ``x**2`` on a NumPy scalar: libm's pow(x, 2), element by element.
     return np.array([x**2 for x in a], dtype=a.dtype)
@@ -58,10 +65,7 @@ def _libm_square(a: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0"])
 def test_float64_reference_is_bit_exact(env_id, rng):
-    states = _states(env_id, rng)
-    actions = _actions(envs.get(env_id), rng)
-    gs, gr, gt = _gym_step(env_id, states, actions)
-    rs, rr, rt = _ref_step(env_id, states, actions)
+    (gs, gr, gt), (rs, rr, rt) = _both_steps(env_id, rng)
     np.testing.assert_array_equal(rs, gs)
     np.testing.assert_array_equal(rr, gr)
     np.testing.assert_array_equal(rt, gt)
@@ -72,10 +76,7 @@ def test_float64_reference_is_bit_exact(env_id, rng):
 def test_float64_reference_is_bit_exact_with_gymnasiums_squaring(env_id, module, rng, monkeypatch):
     # With squaring done as Gymnasium does it (libm pow), every other operation matches exactly.
     monkeypatch.setattr(module, "square", _libm_square)
-    states = _states(env_id, rng)
-    actions = _actions(envs.get(env_id), rng)
-    gs, gr, gt = _gym_step(env_id, states, actions)
-    rs, rr, rt = _ref_step(env_id, states, actions)
+    (gs, gr, gt), (rs, rr, rt) = _both_steps(env_id, rng)
     np.testing.assert_array_equal(rs, gs)
     np.testing.assert_array_equal(rr, gr)
     np.testing.assert_array_equal(rt, gt)
@@ -85,10 +86,7 @@ def test_float64_reference_is_bit_exact_with_gymnasiums_squaring(env_id, module,
 def test_float64_reference_with_multiply_squaring_is_within_ulps(env_id, rng):
     # The shipped reference squares by multiplication (what kernels do); libm's pow(x, 2) is not
     # always correctly rounded, so a few results differ in the last bits and nothing more.
-    states = _states(env_id, rng)
-    actions = _actions(envs.get(env_id), rng)
-    gs, gr, gt = _gym_step(env_id, states, actions)
-    rs, rr, rt = _ref_step(env_id, states, actions)
+    (gs, gr, gt), (rs, rr, rt) = _both_steps(env_id, rng)
     np.testing.assert_allclose(rs, gs, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(rr, gr, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(rt, gt)

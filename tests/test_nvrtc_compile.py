@@ -18,6 +18,8 @@ from portkern.backends import cupy as cupy_backend
 from portkern.backends._cuda_tools import compile_nvrtc, nvrtc_build, nvrtc_library, supported_archs
 from portkern.envs import ENVS
 
+pytestmark = pytest.mark.slow  # every CUDA kernel through NVRTC
+
 SOURCES = sorted(p.name for p in kernel_dir("cuda").glob("*.cu"))
 #: Device arches to build for: sm_90 gets a cubin; a device newer than any arch this NVRTC knows
 #: gets PTX for the newest one it does know (the driver JIT-compiles that).

@@ -5,7 +5,6 @@ within the parity tolerance; bad knob values rejected by name; every layout clea
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -240,26 +239,17 @@ def test_layout_knobs_default_to_the_tuned_entry_else_the_gpu_shape(ocl, monkeyp
 
 
 # ---- Oclgrind: every layout above, tiny sizes, in a subprocess on the simulator -----------------
-_REPO = Path(__file__).resolve().parent.parent
 
 
 def test_every_layout_runs_clean_under_oclgrind(tmp_path: Path) -> None:
-    from tests.test_oclgrind import _CHECKS, INSTALL, _api_errors, _oclgrind_platform
+    from tests.test_oclgrind import INSTALL, _oclgrind_platform, run_clean_under_oclgrind
 
     if os.environ.get("PORTKERN_SKIP_OCLGRIND") == "1":
         pytest.skip("PORTKERN_SKIP_OCLGRIND=1")
     cmd = [sys.executable, str(Path(__file__).resolve())]
     if not _oclgrind_platform():
         pytest.fail(f"Oclgrind is not installed: {INSTALL} (or set PORTKERN_SKIP_OCLGRIND=1)")
-    log = tmp_path / "oclgrind.log"
-    env = {**os.environ, **_CHECKS, "OCLGRIND_LOG": str(log), "PORTKERN_DEVICE": "oclgrind"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    report = log.read_text() if log.exists() else ""
-    assert report.strip() == "", f"Oclgrind reported kernel errors:\n{report}"
-    api = _api_errors(proc.stderr)
-    assert not api, "Oclgrind reported API errors:\n" + "\n\n".join(api)
-    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    proc = run_clean_under_oclgrind(cmd, tmp_path)
     assert "ran every layout" in proc.stdout, proc.stdout + proc.stderr
 
 

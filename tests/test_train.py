@@ -19,6 +19,8 @@ from portkern.train import runner  # noqa: E402
 from portkern.train.ppo import PHASES, UPDATE_PARTS, Agent, torch_gae  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
 
+from .test_train_resume import stop_on_second_run  # noqa: E402
+
 SHIPPED = Path(__file__).resolve().parents[1] / "portkern" / "data" / "train_configs.json"
 #: Every stack kind this machine runs: the host simulator, one launch per step on two OpenCL drivers,
 #: fused collection, the torch backends (resident), and the whole-loop-compiled jax stack (resident).
@@ -246,16 +248,7 @@ def test_fused_sampling_matches_recomputed_log_probs() -> None:
 
 # ---- interrupts ----------------------------------------------------------------------------------------
 def test_interrupted_run_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    calls = {"n": 0}
-    real = runner.train_one
-
-    def stop_on_second(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(runner, "train_one", stop_on_second)
+    calls = stop_on_second_run(monkeypatch)
     out = tmp_path / "run.json"
     argv = ["train", "--task", "CartPole-v1", "--stack", "numpy", "--updates", "1", "--seeds", "1,2",
             "--no-progress", "--out", str(out)]  # fmt: skip

@@ -85,7 +85,9 @@ def test_resume_ignores_a_torn_last_line(tmp_path: Path, monkeypatch: pytest.Mon
     assert [r["seed"] for r in doc["runs"]] == [1, 2] and doc["failed"] == []
 
 
-def _interrupt_after_first_run(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+def stop_on_second_run(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Make the runner's second ``train_one`` call raise KeyboardInterrupt (a Ctrl-C after the first run
+    finished); the returned dict counts the calls (``"n"``)."""
     real = runner.train_one
     calls = {"n": 0}
 
@@ -96,6 +98,12 @@ def _interrupt_after_first_run(monkeypatch: pytest.MonkeyPatch, argv: list[str])
         return real(*a, **k)
 
     monkeypatch.setattr(runner, "train_one", stop_on_second)
+    return calls
+
+
+def _interrupt_after_first_run(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    real = runner.train_one
+    stop_on_second_run(monkeypatch)
     assert main(argv) == 130
     monkeypatch.setattr(runner, "train_one", real)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -39,6 +41,16 @@ def _assert_unchanged(env, snap):
         np.testing.assert_array_equal(a, b)
 
 
+@contextmanager
+def _rejected_without_mutation(env, exc, match):
+    """The block must raise ``exc`` (message matching ``match``) and leave ``env``'s state, step counts and
+    final obs as they were: every rejection below is checked this one way."""
+    snap = _snapshot(env)
+    with pytest.raises(exc, match=match):
+        yield
+    _assert_unchanged(env, snap)
+
+
 @pytest.mark.parametrize(
     "actions,exc,match",
     [
@@ -51,17 +63,13 @@ def _assert_unchanged(env, snap):
     ],
 )
 def test_discrete_action_rejected_without_mutation(cartpole, actions, exc, match):
-    snap = _snapshot(cartpole)
-    with pytest.raises(exc, match=match):
+    with _rejected_without_mutation(cartpole, exc, match):
         cartpole.step(actions)
-    _assert_unchanged(cartpole, snap)
 
 
 def test_discrete_device_actions_out_of_range_rejected(cartpole, backend):
-    snap = _snapshot(cartpole)
-    with pytest.raises(ValueError, match=r"actions: .*got values in \[0, 5\]"):
+    with _rejected_without_mutation(cartpole, ValueError, r"actions: .*got values in \[0, 5\]"):
         cartpole.step(backend.from_host(np.array([0, 1, 5, 0, 0, 0, 0, 0], np.int32)))
-    _assert_unchanged(cartpole, snap)
 
 
 @pytest.mark.parametrize(
@@ -74,19 +82,15 @@ def test_discrete_device_actions_out_of_range_rejected(cartpole, backend):
     ],
 )
 def test_continuous_action_rejected_without_mutation(pendulum, actions, exc, match):
-    snap = _snapshot(pendulum)
-    with pytest.raises(exc, match=match):
+    with _rejected_without_mutation(pendulum, exc, match):
         pendulum.step(actions)
-    _assert_unchanged(pendulum, snap)
 
 
 def test_continuous_device_nan_rejected(pendulum, backend):
-    snap = _snapshot(pendulum)
     bad = np.zeros((8, 1), np.float32)
     bad[3] = np.nan
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with _rejected_without_mutation(pendulum, ValueError, "NaN or inf"):
         pendulum.step(backend.from_host(bad))
-    _assert_unchanged(pendulum, snap)
 
 
 def test_out_of_range_continuous_action_is_clipped_like_gymnasium(pendulum):
@@ -135,10 +139,8 @@ def test_step_before_reset_is_an_error():
     ],
 )
 def test_set_state_rejects_bad_input_without_mutation(cartpole, kwargs, exc, match):
-    snap = _snapshot(cartpole)
-    with pytest.raises(exc, match=match):
+    with _rejected_without_mutation(cartpole, exc, match):
         cartpole.set_state(**kwargs)
-    _assert_unchanged(cartpole, snap)
 
 
 def test_acrobot_set_state_rejects_angles_its_wrap_cannot_handle():

@@ -81,7 +81,7 @@ class Backend(abc.ABC):
     timed: ClassVar[bool] = True
     #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
     default_device_env: ClassVar[tuple[str, ...]] = ()
-    #: Where this backend stands on the spectrum of how deep a stack's kernels go (DESIGN.md,
+    #: Where this backend stands on the spectrum of how deep a stack's kernels go (docs/ARCHITECTURE.md,
     #: "stack class"): "framework eager", "framework compiled" or "custom kernels". Fused
     #: rollouts of a custom-kernel backend are "fused custom"; the benchmark says so per case.
     stack_class: ClassVar[str] = "custom kernels"
@@ -95,6 +95,9 @@ class Backend(abc.ABC):
     #: Whether the backend's arrays cannot be written in place (jax): its buffer ops return new arrays
     #: and the public ``out=`` is refused for it.
     immutable_arrays: ClassVar[bool] = False
+
+    #: get_backend(name), installed by portkern.backends.registry (which imports this module).
+    _resolve: ClassVar[Any]
 
     device_name: str
     supports_float64: bool
@@ -174,9 +177,7 @@ class Backend(abc.ABC):
     @classmethod
     def for_array(cls, a: Any) -> "Backend":
         """The instance that owns native array ``a`` (backends with several devices override this)."""
-        from .registry import get_backend
-
-        return get_backend(cls.name)
+        return cls._resolve(cls.name)
 
     def synchronize(self) -> None:
         """Wait for all queued work on this backend's device."""
@@ -378,6 +379,18 @@ class Backend(abc.ABC):
         if not 1 <= steps_per_launch <= steps:
             raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {steps_per_launch!r}")
         return hidden
+
+    def _check_policy_size(self, spec: EnvSpec, policy: Any, policy_params: Any, hidden: int) -> None:
+        """Check that an MLP policy's flat parameters hold exactly its layers, for the backends whose
+        ``env_rollout`` slices the layers out of them (the frameworks: a slice of a short vector would
+        silently come out short)."""
+        if policy.kind != 1:
+            return
+        from ..policy import flat_size
+
+        size = flat_size(spec.obs_dim, hidden, spec.discrete_actions if spec.is_discrete else 1)
+        if tuple(policy_params.shape) != (size,):
+            raise ValueError(f"policy_params: expected {size} floats, got {tuple(policy_params.shape)}")
 
     def _check_mlp(self, policy_params: Any, obs: Any, hidden: int, out_dim: int) -> tuple[int, int]:
         """Check an ``mlp_forward`` call; returns (N, obs_dim)."""

@@ -280,12 +280,7 @@ class JaxBackend(Backend):
         # launch to split), as on the torch backends.
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         self._check_env(spec, bufs, params)
-        if policy.kind == 1:
-            from ..policy import flat_size
-
-            size = flat_size(spec.obs_dim, hidden, spec.discrete_actions if spec.is_discrete else 1)
-            if tuple(policy_params.shape) != (size,):
-                raise ValueError(f"policy_params: expected {size} floats, got {tuple(policy_params.shape)}")
+        self._check_policy_size(spec, policy, policy_params, hidden)
         next_step = AUTORESET_MODES[autoreset] == AUTORESET_MODES["next_step"]
         static = dict(spec=spec, kind=int(policy.kind), hidden=hidden, steps=int(out.steps),
                       max_steps=int(max_steps), next_step=next_step)  # fmt: skip

@@ -84,7 +84,7 @@ class TorchBackend(Backend):
     name = "torch"
     order = 40
     extra = "torch"
-    #: Where this backend sits on the portability spectrum (see DESIGN.md, "stack class").
+    #: Where this backend sits on the portability spectrum (docs/ARCHITECTURE.md, "stack class").
     stack_class = "framework eager"
 
     @classmethod
@@ -268,12 +268,7 @@ class TorchBackend(Backend):
         # effect; "fused" and "device" both mean the policy runs on the device, in tensor ops.
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         self._check_env(spec, bufs, params)
-        if policy.kind == 1:
-            from ..policy import flat_size
-
-            size = flat_size(spec.obs_dim, hidden, spec.discrete_actions if spec.is_discrete else 1)
-            if tuple(policy_params.shape) != (size,):
-                raise ValueError(f"policy_params: expected {size} floats, got {tuple(policy_params.shape)}")
+        self._check_policy_size(spec, policy, policy_params, hidden)
         p = self._params_view(spec, params)
         next_step = AUTORESET_MODES[autoreset] == AUTORESET_MODES["next_step"]
         with torch.no_grad():

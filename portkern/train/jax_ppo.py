@@ -26,6 +26,7 @@ before the timed runs, as for every other stack.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -36,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import envs
-from .config import TaskConfig
+from .config import PPOConfig, TaskConfig
 
 #: What the record says about where the phases of this stack are (the runner's JSON carries it per run).
 PHASE_NOTE = ("jax stack: each phase is one compiled XLA program per update; 'env' includes in-scan acting "
@@ -111,30 +112,21 @@ def sample(params: dict, x: Any, key: Any, discrete: bool) -> Any:
 # ---- the compiled stages -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Static:
-    """What a compiled program is specialised to (hashable: the cache key of the programs)."""
+    """What a compiled program is specialised to (hashable: the cache key of the programs): the env and the
+    task's PPO settings, less those no program reads (``lr`` is an argument of ``update``; ``anneal_lr`` and
+    ``torch_threads`` are host-side), which are set to neutral values so that they do not multiply the cache."""
 
     env_id: str
-    num_envs: int
-    num_steps: int
-    num_minibatches: int
-    update_epochs: int
-    hidden: int
-    gamma: float
-    gae_lambda: float
-    norm_adv: bool
-    clip_coef: float
-    clip_vloss: bool
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    window: int
+    ppo: PPOConfig
 
     @classmethod
     def of(cls, task: TaskConfig) -> Static:
-        c = task.ppo
-        return cls(task.env_id, c.num_envs, c.num_steps, c.num_minibatches, c.update_epochs, c.hidden, c.gamma,
-                   c.gae_lambda, c.norm_adv, c.clip_coef, c.clip_vloss, c.ent_coef, c.vf_coef, c.max_grad_norm,
-                   c.solve_window)  # fmt: skip
+        return cls(task.env_id, dataclasses.replace(task.ppo, lr=0.0, anneal_lr=False, torch_threads=0))
+
+    @property
+    def window(self) -> int:
+        """The length of the ring of finished episodes' returns (the solve window)."""
+        return self.ppo.solve_window
 
 
 def init_state(st: Static, seed: int) -> dict[str, Any]:
@@ -148,7 +140,7 @@ def init_state(st: Static, seed: int) -> dict[str, Any]:
     spec = envs.get(st.env_id)
     b = get_backend("jax")
     values = b.from_host(spec.param_vector(spec.defaults, np.float32).as_array())
-    n, d = st.num_envs, spec.obs_dim
+    n, d = st.ppo.num_envs, spec.obs_dim
     z = jnp.zeros
     empty = ops.Env(z((spec.state_dim, n), jnp.float32), z((n,), jnp.int32), z((n,), jnp.uint32), z((n,), bool),
                     z((n, d), jnp.float32), z((n, d), jnp.float32), z((n,), jnp.float32), z((n,), bool),
@@ -156,7 +148,7 @@ def init_state(st: Static, seed: int) -> dict[str, Any]:
     env = ops.env_reset(spec, values, np.uint32(seed), empty, True)
     key = jax.random.PRNGKey(seed)
     key, kp = jax.random.split(key)
-    params = init_params(kp, d, spec.discrete_actions or 1, st.hidden)
+    params = init_params(kp, d, spec.discrete_actions or 1, st.ppo.hidden)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     # Committed to the backend's device like every program output, so the state an update returns has the
     # same signature as this one (jit would otherwise compile every stage a second time).
@@ -199,7 +191,7 @@ def rollout(st: Static, state: dict) -> tuple[dict, dict]:
         return (nxt, jnp.where(done, 0.0, ep_ret), ring, finished + count, n_upd, sum_upd), rec
 
     key, sub = jax.random.split(state["key"])
-    keys = jax.random.split(sub, st.num_steps)
+    keys = jax.random.split(sub, st.ppo.num_steps)
     init = (state["env"], state["ep_ret"], state["ring"], state["finished"], jnp.zeros((), jnp.int32),
             jnp.zeros((), jnp.float32))  # fmt: skip
     (env, ep_ret, ring, finished, n_upd, sum_upd), store = lax.scan(body, init, keys)
@@ -219,9 +211,9 @@ def advantages(st: Static, store: dict, next_values: Any) -> tuple[Any, Any]:
     """Phase ``adv``: GAE as a reverse scan (the jax backend's op)."""
     from ..backends import _jax_ops as ops
 
-    g = np.float32(st.gamma)
+    g = np.float32(st.ppo.gamma)
     return ops.gae(store["rewards"], store["values"], next_values, store["terminated"], store["truncated"], g,
-                   np.float32(g * np.float32(st.gae_lambda)))  # fmt: skip
+                   np.float32(g * np.float32(st.ppo.gae_lambda)))  # fmt: skip
 
 
 def update(st: Static, state: dict, store: dict, adv: Any, ret: Any, lr: Any) -> tuple[dict, Any]:
@@ -232,8 +224,8 @@ def update(st: Static, state: dict, store: dict, adv: Any, ret: Any, lr: Any) ->
 
     spec = envs.get(st.env_id)
     discrete = spec.is_discrete
-    batch = st.num_envs * st.num_steps
-    mb = batch // st.num_minibatches
+    batch = st.ppo.num_envs * st.ppo.num_steps
+    mb = batch // st.ppo.num_minibatches
     flat = {k: v.reshape((batch,) + v.shape[2:]) for k, v in store.items()}
     flat["adv"], flat["ret"] = adv.reshape(batch), ret.reshape(batch)
     b1, b2, eps = 0.9, 0.999, 1e-5
@@ -245,16 +237,16 @@ def update(st: Static, state: dict, store: dict, adv: Any, ret: Any, lr: Any) ->
         ratio = jnp.exp(logratio)
         approx_kl = jnp.mean((ratio - 1) - logratio)
         a = b["adv"]
-        if st.norm_adv:
+        if st.ppo.norm_adv:
             a = (a - a.mean()) / (jnp.std(a, ddof=1) + 1e-8)
-        pg = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, 1 - st.clip_coef, 1 + st.clip_coef)).mean()
-        if st.clip_vloss:
-            vc = b["values"] + jnp.clip(newv - b["values"], -st.clip_coef, st.clip_coef)
+        pg = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, 1 - st.ppo.clip_coef, 1 + st.ppo.clip_coef)).mean()
+        if st.ppo.clip_vloss:
+            vc = b["values"] + jnp.clip(newv - b["values"], -st.ppo.clip_coef, st.ppo.clip_coef)
             vl = 0.5 * jnp.maximum((newv - b["ret"]) ** 2, (vc - b["ret"]) ** 2).mean()
         else:
             vl = 0.5 * ((newv - b["ret"]) ** 2).mean()
         ent = entropy.mean()
-        return pg - st.ent_coef * ent + st.vf_coef * vl, (pg, vl, ent, approx_kl)
+        return pg - st.ppo.ent_coef * ent + st.ppo.vf_coef * vl, (pg, vl, ent, approx_kl)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
     tmap = jax.tree_util.tree_map
@@ -265,7 +257,7 @@ def update(st: Static, state: dict, store: dict, adv: Any, ret: Any, lr: Any) ->
         if discrete:  # the discrete actor has no log-std to train (PyTorch: requires_grad=False)
             grads = {**grads, "log_std": jnp.zeros_like(grads["log_std"])}
         norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
-        coef = jnp.minimum(1.0, st.max_grad_norm / (norm + 1e-6))
+        coef = jnp.minimum(1.0, st.ppo.max_grad_norm / (norm + 1e-6))
         grads = tmap(lambda g: g * coef, grads)
         t = t + 1
         m = tmap(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
@@ -275,12 +267,12 @@ def update(st: Static, state: dict, store: dict, adv: Any, ret: Any, lr: Any) ->
         return (params, m, v, t), aux
 
     def epoch(carry, key):
-        perm = jax.random.permutation(key, batch).reshape(st.num_minibatches, mb)
+        perm = jax.random.permutation(key, batch).reshape(st.ppo.num_minibatches, mb)
         return lax.scan(minibatch, carry, perm)
 
     key, sub = jax.random.split(state["key"])
     carry = (state["params"], state["m"], state["v"], state["t"])
-    (params, m, v, t), aux = lax.scan(epoch, carry, jax.random.split(sub, st.update_epochs))
+    (params, m, v, t), aux = lax.scan(epoch, carry, jax.random.split(sub, st.ppo.update_epochs))
     losses = jnp.stack([a[-1, -1] for a in aux])  # the last minibatch's, as the torch loop reports
     return {**state, "params": params, "m": m, "v": v, "t": t, "key": key}, losses
 
@@ -307,6 +299,23 @@ def compile_all(st: Static, seed: int = 0) -> float:
     return time.perf_counter() - t0
 
 
+def _timed_update(p: dict[str, Callable], state: dict, lr: Any, timer: Any) -> tuple[dict, dict, Any]:
+    """One update through the four programs ``p`` (one seed's or vmapped), each phase synchronised and timed
+    on its own as the other stacks time theirs: the new state, the rollout's outputs and the losses."""
+    import jax
+    with timer("env"):
+        state, out = p["rollout"](state)
+        jax.block_until_ready(out)
+    with timer("act"):
+        nv = jax.block_until_ready(p["bootstrap"](state["params"], out["store"]["final_obs"]))
+    with timer("adv"):
+        adv, ret = jax.block_until_ready(p["advantages"](out["store"], nv))
+    with timer("update"):
+        state, loss_arr = p["update"](state, out["store"], adv, ret, lr)
+        jax.block_until_ready(loss_arr)
+    return state, out, loss_arr
+
+
 # ---- one run, recorded as every other stack's --------------------------------------------------
 @lru_cache(maxsize=None)
 def _result_class(base: type) -> type:
@@ -329,7 +338,7 @@ def train_one(task: TaskConfig, spec: Any, seed: int, on_update: Callable[[int, 
     ``result_class`` is the runner's RunResult (the record gets this stack's fields on top)."""
     from ..backends.registry import get_backend
     from ..identity import Target, device_info, machine_label
-    from .ppo import PhaseTimer, window_mean
+    from .ppo import PhaseTimer, record_update, window_mean
 
     jax = _jax()
     cfg = task.ppo
@@ -353,16 +362,7 @@ def train_one(task: TaskConfig, spec: Any, seed: int, on_update: Callable[[int, 
     for update_i in range(1, task.num_updates + 1):
         with timer("other"):
             lr = np.float32(cfg.lr * (1.0 - (update_i - 1.0) / task.num_updates) if cfg.anneal_lr else cfg.lr)
-        with timer("env"):
-            state, out = p["rollout"](state)
-            jax.block_until_ready(out)
-        with timer("act"):
-            nv = jax.block_until_ready(p["bootstrap"](state["params"], out["store"]["final_obs"]))
-        with timer("adv"):
-            adv, ret = jax.block_until_ready(p["advantages"](out["store"], nv))
-        with timer("update"):
-            state, loss_arr = p["update"](state, out["store"], adv, ret, lr)
-            jax.block_until_ready(loss_arr)
+        state, out, loss_arr = _timed_update(p, state, lr, timer)
         with timer("other"):
             n_new, total, ring, ret_sum, loss_host = jax.device_get(
                 (out["episodes"], state["finished"], state["ring"], out["return_sum"], loss_arr))
@@ -373,19 +373,10 @@ def train_one(task: TaskConfig, spec: Any, seed: int, on_update: Callable[[int, 
             k = min(int(total), w)
             # The ring's last k entries in finishing order: slots (total - k .. total - 1) mod w.
             recent = deque((float(ring[i % w]) for i in range(int(total) - k, int(total))), maxlen=w)
-            mean = window_mean(recent)
-            elapsed = time.perf_counter() - t_start
-            this = float(ret_sum) / int(n_new) if int(n_new) else math.nan
-            curve.append([update_i, global_step, round(elapsed, 4), None if math.isnan(mean) else round(mean, 3),
-                          None if math.isnan(this) else round(this, 3)])  # fmt: skip
-            solved = len(recent) == w and mean >= task.target
-            if on_update is not None:
-                on_update(global_step, task.num_updates * T * N, mean)
-        if solved:
-            stop = "converged"
-            break
-        if elapsed >= task.max_seconds:
-            stop = "time budget"
+            end = record_update(task, curve, update_i, global_step, time.perf_counter() - t_start, recent,
+                                float(ret_sum) / int(n_new) if int(n_new) else math.nan, on_update)  # fmt: skip
+        if end is not None:
+            stop = end
             break
     wall = time.perf_counter() - t_start
     converged = stop == "converged"
@@ -453,16 +444,7 @@ def train_parallel(task: TaskConfig, seeds: list[int], device: str | None = None
     update_i = 0
     for update_i in range(1, task.num_updates + 1):
         lr = np.float32(cfg.lr * (1.0 - (update_i - 1.0) / task.num_updates) if cfg.anneal_lr else cfg.lr)
-        with timer("env"):
-            state, out = p["rollout"](state)
-            jax.block_until_ready(out)
-        with timer("act"):
-            nv = jax.block_until_ready(p["bootstrap"](state["params"], out["store"]["final_obs"]))
-        with timer("adv"):
-            adv, ret = jax.block_until_ready(p["advantages"](out["store"], nv))
-        with timer("update"):
-            state, losses = p["update"](state, out["store"], adv, ret, lr)
-            jax.block_until_ready(losses)
+        state, out, losses = _timed_update(p, state, lr, timer)
         with timer("other"):
             total, ring = jax.device_get((state["finished"], state["ring"]))
             elapsed = time.perf_counter() - t_start

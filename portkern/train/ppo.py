@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from ..policy import MLPPolicy
-from .config import PPOConfig
+from .config import PPOConfig, TaskConfig
 
 #: Phases of one training run, in the order a training step passes them. Every one is timed on its own
 #: (each ends with a device synchronise), so their sum is the wall time up to the untimed gaps between them.
@@ -281,3 +281,22 @@ def finished_returns(episode_return: torch.Tensor, rewards: torch.Tensor, done: 
 
 def window_mean(recent: list[float] | tuple[float, ...]) -> float:
     return float(np.mean(recent)) if len(recent) else math.nan
+
+
+def record_update(task: TaskConfig, curve: list[list[Any]], update: int, global_step: int, elapsed: float,
+                  recent: Sequence[float], this: float,
+                  on_update: Callable[[int, int, float], None] | None) -> str | None:
+    """Book one update the same way on every stack: its row of the learning curve (``this``: the mean return
+    of the episodes it finished), the progress callback, and why the run stops after it (``"converged"``,
+    ``"time budget"``), or None to go on."""
+    mean = window_mean(recent)
+    curve.append([update, global_step, round(elapsed, 4), None if math.isnan(mean) else round(mean, 3),
+                  None if math.isnan(this) else round(this, 3)])  # fmt: skip
+    solved = len(recent) == task.ppo.solve_window and mean >= task.target
+    if on_update is not None:
+        on_update(global_step, task.num_updates * task.ppo.batch_size, mean)
+    if solved:
+        return "converged"
+    if elapsed >= task.max_seconds:
+        return "time budget"
+    return None

@@ -18,7 +18,8 @@ import torch
 from .. import __version__
 from ..identity import cpu_model, machine_label
 from .config import TRAIN_SCHEMA, TaskConfig
-from .ppo import PHASES, UPDATE_PARTS, Agent, CompiledLoss, PhaseTimer, finished_returns, ppo_update, window_mean
+from .ppo import (PHASES, UPDATE_PARTS, Agent, CompiledLoss, PhaseTimer, finished_returns, ppo_update,
+                  record_update, window_mean)
 from .stacks import Stack, StackSpec, Storage, build
 
 DEVICE_HOUR = (
@@ -120,19 +121,10 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
                 global_step += T * N
                 episodes += len(finished)
                 recent.extend(finished)
-                mean = window_mean(recent)
-                elapsed = time.perf_counter() - t_start
-                this = window_mean(finished)
-                curve.append([update, global_step, round(elapsed, 4), None if math.isnan(mean) else round(mean, 3),
-                              None if math.isnan(this) else round(this, 3)])  # fmt: skip
-                solved = len(recent) == cfg.solve_window and mean >= task.target
-                if on_update is not None:
-                    on_update(global_step, task.num_updates * T * N, mean)
-            if solved:
-                stop = "converged"
-                break
-            if elapsed >= task.max_seconds:
-                stop = "time budget"
+                end = record_update(task, curve, update, global_step, time.perf_counter() - t_start, recent,
+                                    window_mean(finished), on_update)
+            if end is not None:
+                stop = end
                 break
         wall = time.perf_counter() - t_start
     finally:

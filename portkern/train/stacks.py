@@ -178,6 +178,22 @@ class Stack:
             info = {**info, "backend": "gymnasium", "stack_class": "host simulator"}
         return info
 
+    def make_env(self) -> Any:
+        """Build the portkern env of the stack's backend and device (``self.env``, ``self.backend``) and reset
+        it; its first obs, on the backend."""
+        self.env = step.make(self.task.env_id, self.task.ppo.num_envs, backend=self.spec.backend,
+                             device=self.spec.device, seed=self.seed)  # fmt: skip
+        self.backend = self.env.backend
+        return self.env.reset()
+
+    def act(self, agent: Agent, store: Storage, t: int, timer: PhaseTimer) -> torch.Tensor:
+        """Step ``t``'s actions sampled from ``store.obs[t]`` (phase ``act``), recorded in ``store`` with their
+        log-probs and values, as every stepped collection loop does."""
+        with timer("act"), torch.no_grad():
+            action, logprob, _, value = agent.act(store.obs[t])
+            store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+        return action
+
     def actions_for_env(self, action: torch.Tensor) -> np.ndarray:
         a = action.numpy()
         return a.astype(np.int32) if self.discrete else a.astype(np.float32)
@@ -210,9 +226,7 @@ class GymnasiumStack(Stack):
         for t in range(store.obs.shape[0]):
             with timer("move"):
                 store.obs[t] = next_obs
-            with timer("act"), torch.no_grad():
-                action, logprob, _, value = agent.act(store.obs[t])
-                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            action = self.act(agent, store, t, timer)
             with timer("move"):
                 host_actions = action.numpy() if self.discrete else action.numpy()[:, None]
             with timer("env"):
@@ -240,10 +254,7 @@ class PortkernStack(Stack):
     rollout per update (mode 'fused'); the agent and the storage are PyTorch on the host."""
 
     def setup(self) -> torch.Tensor:
-        self.env = step.make(self.task.env_id, self.task.ppo.num_envs, backend=self.spec.backend,
-                             device=self.spec.device, seed=self.seed)  # fmt: skip
-        self.backend = self.env.backend
-        obs = self.env.reset()
+        obs = self.make_env()
         if self.spec.mode == "fused":
             self.rollout_buf = self.env.rollout_buffer(self.task.ppo.num_steps)
         self.sync()
@@ -258,9 +269,7 @@ class PortkernStack(Stack):
         with timer("move"):
             store.obs[0] = next_obs
         for t in range(store.obs.shape[0]):
-            with timer("act"), torch.no_grad():
-                action, logprob, _, value = agent.act(store.obs[t])
-                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            action = self.act(agent, store, t, timer)
             with timer("move"):
                 host_actions = self.actions_for_env(action)
             with timer("env"):
@@ -304,10 +313,7 @@ class TorchStack(Stack):
     """The torch backends: env state, agent, storage and GAE on one torch device; nothing crosses libraries."""
 
     def setup(self) -> torch.Tensor:
-        self.env = step.make(self.task.env_id, self.task.ppo.num_envs, backend=self.spec.backend,
-                             device=self.spec.device, seed=self.seed)  # fmt: skip
-        self.backend = self.env.backend
-        obs = self.env.reset()
+        obs = self.make_env()
         self.agent_device = obs.device
         self.sync()
         return obs.clone()
@@ -318,9 +324,7 @@ class TorchStack(Stack):
         for t in range(store.obs.shape[0]):
             # Same-device tensor copies into the storage (the env reuses its buffers) belong to acting and
             # stepping: nothing here moves between devices or libraries.
-            with timer("act"), torch.no_grad():
-                action, logprob, _, value = agent.act(store.obs[t])
-                store.actions[t], store.logprobs[t], store.values[t] = action, logprob, value
+            action = self.act(agent, store, t, timer)
             with timer("env"):
                 obs, reward, terminated, truncated = env.step(action.to(torch.int32) if self.discrete else action)
                 store.rewards[t], store.terminated[t], store.truncated[t] = reward, terminated, truncated

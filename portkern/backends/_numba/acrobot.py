@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import math
 
-from .common import EnvFunctions, Toolkit
+from .common import EnvFunctions, Toolkit, bounded_reset
 
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, one, two, djit, vmin, vmax = k.T, k.mul, k.zero, k.one, k.two, k.djit, k.vmin, k.vmax
 
-    @djit
-    def reset(r, p, s):
-        s[0] = mul(p.reset_bound, r[0])
-        s[1] = mul(p.reset_bound, r[1])
-        s[2] = mul(p.reset_bound, r[2])
-        s[3] = mul(p.reset_bound, r[3])
+    reset = bounded_reset(k)
 
     @djit
     def dsdt(p, a, theta1, theta2, dtheta1, dtheta2):

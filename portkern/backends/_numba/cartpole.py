@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 
-from .common import EnvFunctions, Toolkit
+from .common import EnvFunctions, Toolkit, bounded_reset
 
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, one, djit = k.T, k.mul, k.one, k.djit
     four_thirds = T(4.0 / 3.0)
 
-    @djit
-    def reset(r, p, s):
-        s[0] = mul(p.reset_bound, r[0])
-        s[1] = mul(p.reset_bound, r[1])
-        s[2] = mul(p.reset_bound, r[2])
-        s[3] = mul(p.reset_bound, r[3])
+    reset = bounded_reset(k)
 
     @djit
     def physics(s, action, p):

@@ -173,6 +173,21 @@ class EnvFunctions:
     observe: Callable  # (s, out, row): writes out[row, 0 .. obs_dim-1]
 
 
+def bounded_reset(k: Toolkit) -> Callable:
+    """The reset of the envs whose four state variables each start uniform in ``+-p.reset_bound``
+    (CartPole, Acrobot): one device function for both, as their references share one draw."""
+    mul = k.mul
+
+    @k.djit
+    def reset(r, p, s):
+        s[0] = mul(p.reset_bound, r[0])
+        s[1] = mul(p.reset_bound, r[1])
+        s[2] = mul(p.reset_bound, r[2])
+        s[3] = mul(p.reset_bound, r[3])
+
+    return reset
+
+
 @dataclass(frozen=True)
 class EnvKernels:
     """``pk_<env>_reset|step|rollout``, arguments in the ABI's order (kernels/README.md)."""

@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from .common import EnvFunctions, Toolkit
+
+
+def reset_and_observe(k: Toolkit) -> tuple[Callable, Callable]:
+    """The reset and observe of the (position, velocity) state, shared with MountainCarContinuous, whose
+    state, start distribution and observation are MountainCar's."""
+    mul, zero = k.mul, k.zero
+
+    @k.djit
+    def reset(r, p, s):
+        s[0] = p.reset_center + mul(p.reset_half, r[0])
+        s[1] = zero
+
+    @k.djit
+    def observe(s, out, row):
+        out[row, 0] = s[0]
+        out[row, 1] = s[1]
+
+    return reset, observe
 
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, one, djit, clip = k.T, k.mul, k.zero, k.one, k.djit, k.clip
     three = T(3)
 
-    @djit
-    def reset(r, p, s):
-        s[0] = p.reset_center + mul(p.reset_half, r[0])
-        s[1] = zero
+    reset, observe = reset_and_observe(k)
 
     @djit
     def physics(s, action, p):
@@ -30,10 +46,5 @@ def build(k: Toolkit) -> EnvFunctions:
         s[0], s[1] = position, velocity
         term = position >= p.goal_position and velocity >= p.goal_velocity
         return -one, term
-
-    @djit
-    def observe(s, out, row):
-        out[row, 0] = s[0]
-        out[row, 1] = s[1]
 
     return EnvFunctions(reset=reset, physics=physics, observe=observe)

@@ -8,16 +8,14 @@ from __future__ import annotations
 import math
 
 from .common import EnvFunctions, Toolkit
+from .mountain_car import reset_and_observe
 
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, djit, vmin, vmax = k.T, k.mul, k.zero, k.djit, k.vmin, k.vmax
     three, tenth, hundred = T(3), T(0.1), T(100)
 
-    @djit
-    def reset(r, p, s):
-        s[0] = p.reset_center + mul(p.reset_half, r[0])
-        s[1] = zero
+    reset, observe = reset_and_observe(k)
 
     @djit
     def physics(s, action, p):
@@ -38,10 +36,5 @@ def build(k: Toolkit) -> EnvFunctions:
         # The action cost uses the unclipped action, as Gymnasium's does.
         reward = (hundred if term else zero) - mul(mul(a, a), tenth)
         return reward, term
-
-    @djit
-    def observe(s, out, row):
-        out[row, 0] = s[0]
-        out[row, 1] = s[1]
 
     return EnvFunctions(reset=reset, physics=physics, observe=observe)
