@@ -471,7 +471,7 @@ def verdict(row: dict) -> dict[str, Any]:
     """Per OpenCL case and time basis: the fastest peer (by median), the ratio of medians, and the
     min-max of the per-round ratios (the two ran in the same round, back to back, so load drift
     cancels). "above" / "below": every round's ratio is over / under 1; "within noise" otherwise
-    (DESIGN.md: a ratio whose interval straddles 1 is never a winner)."""
+    (docs/ARCHITECTURE.md: a ratio whose interval straddles 1 is never a winner)."""
     out: dict[str, Any] = {}
     for basis in ("wall", "cpu"):
         r = row[f"items_per_s_{basis}"]

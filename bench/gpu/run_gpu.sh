@@ -7,13 +7,13 @@
 #      the committed CPU runs (bench/results/)
 #   4. bench/gpu/gpu_bench.py: copy ceiling, CartPole step and GAE per backend (torch eager and
 #      compiled beside cupy, numba and opencl), zero-copy to torch, the rollout data paths
-#   5. `portkern train` on CartPole-v1, one seed per stack (cupy, cupy+fused, torch@cuda, opencl on
+#   5. `portkern train` on CartPole-v1, one seed per stack (cupy, cupy+fused, torch@cuda, jax@cuda, opencl on
 #      NVIDIA's OpenCL, numba): device-hours per converged policy on the H200. One JSON per stack, so
 #      a stack that runs out of time loses only itself; `portkern report` merges them.
 # cuda_host, the CUDA C compiled for the CPU, is a correctness harness for machines without a GPU:
 # the GPU run has the real thing and leaves it out.
 # Here first:  bash bench/gpu/prepare.sh    then run with carry [".device"]:  bash bench/gpu/run_gpu.sh
-# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 470 s).
+# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 475 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .device/setup.sh
@@ -34,9 +34,10 @@ parity() {  # name, timeout seconds, -k expression, extra env...
 }
 
 parity cupy 40 cupy
-parity numba 60 numba          # Numba compiles each kernel on first launch: seconds per kernel
+parity numba 45 numba          # Numba compiles each kernel on first launch: seconds per kernel
 parity opencl 40 "opencl and not oclgrind" PORTKERN_OPENCL_DEVICE=nvidia
 parity torch 40 "torch"        # torch eager on cuda, and tests/test_torch_backend.py's torch_compile parity
+parity jax 20 "jax"            # XLA on the GPU (the machine's own CUDA build of JAX)
 echo "parity done at $((SECONDS - start))s"
 
 sanitizer=$(command -v compute-sanitizer || python3 -c "import nvidia, pathlib; print(next(pathlib.Path(nvidia.__path__[0]).glob('cu*/bin/compute-sanitizer')))" 2>/dev/null)
@@ -51,16 +52,19 @@ for tool in memcheck racecheck; do
   fi
 done
 
-timeout 70 python3 -m portkern.cli bench --quick --backend cupy --backend numba --backend opencl --backend torch \
+timeout 60 python3 -m portkern.cli bench --quick --backend cupy --backend numba --backend opencl --backend torch \
   --device "H200" --machine lent-h200 --out "$OUT/bench" >"$OUT/bench.log" 2>&1
 echo "portkern bench --quick: rc=$? ($(tail -n 1 "$OUT/bench.log"))"
 
 # Sections that would start after --budget-s are skipped and recorded as such; the rollouts come last.
-timeout 90 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 75 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
+timeout 70 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 55 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
 
-# 5. Training: 70 s in all. --max-seconds caps each run (CartPole converges in ~120k steps).
+# 5. Training: 100 s in all. jax@cuda is the whole-loop-compiled JAX PPO (the machine's own CUDA build of
+#    JAX); torch+compiled-update@cuda the torch.compile'd minibatch step. --max-seconds caps each run
+#    (CartPole converges in ~120k steps).
 mkdir -p "$OUT/train"
-for spec in "cupy:15" "cupy+fused:15" "torch@cuda:20" "opencl@nvidia:10" "numba:10"; do
+for spec in "cupy:12" "cupy+fused:13" "torch@cuda:20" "torch+compiled-update@cuda:15" "jax@cuda:20" "opencl@nvidia:10" \
+    "numba:10"; do
   stack=${spec%:*} limit=${spec##*:}
   timeout "$limit" python3 -m portkern.cli train --task CartPole-v1 --stack "$stack" --seeds 1 --max-seconds 12 \
     --no-progress --out "$OUT/train/${stack//[@+]/-}.json" >"$OUT/train/${stack//[@+]/-}.log" 2>&1
