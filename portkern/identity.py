@@ -69,6 +69,18 @@ class Target:
         return f"{self.backend}-{slug(_tail(self.device))}" if self.available else self.backend
 
 
+def device_matches(backend: str, label: str, want: str) -> bool:
+    """Whether ``--device want`` picks ``backend``'s device ``label``: an OpenCL implementation's short id
+    ("pocl", "intel", "nvidia") names that OpenCL platform only, as ``device=`` does (PoCL's
+    "pthread-Intel(R) Xeon" is not Intel's runtime); anything else is a case-insensitive substring."""
+    from .backends._opencl_devices import known_platform_ids, platform_id  # imports pyopencl: when asked
+
+    w = want.strip().lower()
+    if backend == "opencl" and w in known_platform_ids():
+        return ": " in label and platform_id(label.split(": ", 1)[0]) == w
+    return bool(w) and w in label.lower()
+
+
 def targets(only_backends: set[str] | None = None, device_filter: str | None = None) -> list[Target]:
     """Every (backend, device) the registry reports, unavailable backends included with their reason."""
     out = []
@@ -79,7 +91,7 @@ def targets(only_backends: set[str] | None = None, device_filter: str | None = N
             out.append(Target(rec.name, "-", available=False, reason=rec.reason))
             continue
         for dev in rec.devices:
-            if device_filter and device_filter.lower() not in dev.lower():
+            if device_filter and not device_matches(rec.name, dev, device_filter):
                 continue
             sim = rec.simulator or any(m in dev.lower() for m in SIMULATOR_MARKERS)
             out.append(Target(rec.name, dev, simulator=sim, single=len(rec.devices) == 1))

@@ -57,3 +57,23 @@ def test_an_ambiguous_substring_lists_the_candidates(both):
 def test_a_unique_substring_and_an_exact_label_still_choose(both):
     assert devices._select_device("pthread")[0] is POCL
     assert devices._select_device("Intel(R) OpenCL: Intel(R) Xeon(R) Processor")[0] is INTEL
+
+
+def test_bench_device_filter_takes_an_implementation_id_as_device_does():
+    from portkern.identity import device_matches
+
+    pocl = "Portable Computing Language: pthread-Intel(R) Xeon(R) Processor"
+    intel = "Intel(R) OpenCL: Intel(R) Xeon(R) Processor"
+    assert device_matches("opencl", pocl, "pocl") and not device_matches("opencl", intel, "pocl")
+    assert device_matches("opencl", intel, "intel") and not device_matches("opencl", pocl, "intel")
+    assert device_matches("opencl", pocl, "pthread")  # a substring, as before
+    assert device_matches("cupy", "NVIDIA H200", "nvidia")  # other backends: a substring
+
+
+def test_portkern_bench_accepts_pocl_as_its_device():
+    from portkern.portability.options import select_backends
+
+    got = select_backends(["opencl"], "pocl")
+    assert [r.name for r in got] == ["opencl"]
+    with pytest.raises(ValueError, match=r"--device 'amd': no device of opencl matches"):
+        select_backends(["opencl"], "amd")

@@ -73,6 +73,11 @@ def platform_id(platform_name: str) -> str:
     return "-".join("".join(c if c.isalnum() else " " for c in name).split()[:2]) or "opencl"
 
 
+def known_platform_ids() -> frozenset[str]:
+    """The short ids of the OpenCL implementations portkern knows ("pocl", "intel", "nvidia", ...)."""
+    return _KNOWN_IDS
+
+
 def device_ids(include_simulators: bool = False) -> dict[str, str]:
     """Short id -> device label of every OpenCL device found ("pocl", "intel"; "<id>-<type>" and then
     a number where one implementation lists several), simulators left out unless asked for."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..backends import backends
+from ..identity import device_matches
 
 #: The most items (envs, elements, steps) one option may ask for: env indices and element counts are int32
 #: in kernels.
@@ -30,10 +31,11 @@ def select_backends(names: Sequence[str], device: str | None) -> list[Any]:
             raise ValueError(f"--backend {name}: unavailable here ({rec.reason}); available: {', '.join(available)}")
     usable = [r for r in records if r.available and (not wanted or r.name in wanted)]
     if device is not None:
-        matching = [r for r in usable if any(device.lower() in d.lower() for d in r.devices)]
+        matching = [r for r in usable if any(device_matches(r.name, d, device) for d in r.devices)]
         if not device.strip() or not matching:
             found = "; ".join(f"{r.name}: {', '.join(r.devices) or '-'}" for r in usable)
             raise ValueError(f"--device {device!r}: no device of {', '.join(r.name for r in usable)} matches "
-                             f"(a substring of a device name); devices found: {found}")  # fmt: skip
+                             f"(an OpenCL implementation such as pocl or intel, or a substring of a device "
+                             f"name); devices found: {found}")  # fmt: skip
         usable = matching
     return usable
