@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..backends._opencl_devices import known_platform_ids, platform_id
+
 SENSITIVITY_RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
@@ -66,9 +68,13 @@ def ratio_from_report(path: str | Path, backend: str, device: str, workload: str
 def _find(rep: dict[str, Any], backend: str, device: str, workload: str | None,
           kernel: str | None) -> tuple[float, tuple[float, float] | None, str]:  # fmt: skip
     keys = list(rep["devices"])
-    match = [k for k in keys if k == device] or [k for k in keys if device.lower() in k.lower()]
+    if device.strip().lower() in known_platform_ids():  # an OpenCL implementation: its platform, as device= does
+        match = [k for k in keys if platform_id(str(rep["devices"][k].get("platform") or "")) == device.strip().lower()]
+    else:
+        match = [k for k in keys if k == device] or [k for k in keys if device.lower() in k.lower()]
     if len(match) != 1:
-        raise ValueError(f"--device {device!r}: expected one of {', '.join(keys)} (or a unique substring)")
+        raise ValueError(f"--device {device!r}: expected one of {', '.join(keys)} (or a unique substring, or an "
+                         f"OpenCL implementation such as pocl or intel)")
     d = match[0]
     if kernel:
         row = next((r for r in rep["efficiency"] if (r["kernel"], r["backend"], r["device"]) == (kernel, backend, d)), None)
