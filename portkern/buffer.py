@@ -214,10 +214,8 @@ def normalize(x: Any, eps: float = 1e-8, *, backend: str | Backend | None = None
         raise ValueError(f"x: expected at least one element, got {describe(x)}")
     if out is None:
         out = _result(b, "normalize", tuple(x.shape), dt, {"x": x})
-    elif out is not x:  # in place is fine: every backend reduces over x before it writes
-        out = _out(b, "out", out, tuple(x.shape), dt, {"x": x})
-    else:
-        out = _out(b, "out", out, tuple(x.shape), dt, {})
+    else:  # out=x is fine: every backend reduces over x before it writes
+        out = _out(b, "out", out, tuple(x.shape), dt, {} if out is x else {"x": x})
     got = b.normalize(x, out, eps)
     return out if got is None else got
 

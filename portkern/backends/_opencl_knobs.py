@@ -96,9 +96,8 @@ class OpenCLKnobs:
         entry, family = self._knob_entry(knob, kernel)
         try:
             got = self.tuned_defaults.resolve(knob, family, entry)
-            if knob.endswith("vector_width") and isinstance(got.value, int) and self.max_vector_bytes:
-                # what the float32 launches run (_width), the precision the suite times
-                narrowed = min(got.value, self.max_vector_bytes // 4)
+            if knob.endswith("vector_width") and isinstance(got.value, int):
+                narrowed = self._width(knob, got.value, np.float32)  # what float32 launches run, as the suite times
                 if narrowed != got.value:
                     got = tuning.Resolved(narrowed, f"{got.source}, narrowed to {self.max_vector_bytes * 8}-bit vectors",
                                           got.entry)
