@@ -11,7 +11,7 @@ shared machine hits them alike and round r of one member pairs with round r of a
 reports its own parity outcome at once (unsupported and invalid configurations skip, parity
 failures fail); its rounds reach its pytest-benchmark record and its ``portkern`` case when the
 group's last visit is done (at the latest before the JSON is written). Simulators and correctness
-harnesses (``Backend.timed = False``) are checked, never timed.
+harnesses (``identity.bench_class(...).timed`` False) are checked, never timed.
 """
 
 from __future__ import annotations

@@ -19,6 +19,44 @@ from .backends import Backend, backends, get_backend, probe
 SIMULATOR_MARKERS = ("oclgrind", "simulator")
 
 
+@dataclass(frozen=True)
+class BenchClass:
+    """How the benchmark classifies a backend: benchmark facts, not part of the backend contract.
+
+    * ``stack_class``: where the backend stands on the spectrum of how deep a stack's kernels go
+      (docs/ARCHITECTURE.md, "stack class"): "framework eager", "framework compiled" or "custom kernels".
+      Fused rollouts of a custom-kernel backend are "fused custom" (the suite says so per case).
+    * ``timed``: False for a correctness harness (cuda_host): it runs the parity suite, never a timed target.
+    * ``exact_paths``: whether every data path (fused, device, host) runs the same arithmetic, so a
+      random-policy rollout is bit-identical across them; False where each path is a separately
+      compiled graph (torch.compile fuses each path's ops differently).
+    """
+
+    stack_class: str = "custom kernels"
+    timed: bool = True
+    exact_paths: bool = True
+
+
+#: The benchmark's class of each backend it knows; any other (a new kernel backend) is a timed
+#: custom-kernel backend with exact paths until it is listed here.
+BENCH_CLASSES: dict[str, BenchClass] = {
+    "numpy": BenchClass("framework eager"),  # NumPy: the CPU framework, one array op at a time
+    "torch": BenchClass("framework eager"),
+    # The fused rollout and the single step are different graphs, which Inductor may vectorise
+    # differently (e.g. sin/cos): they agree to float rounding (2.4e-7 seen on CartPole), not bitwise.
+    "torch_compile": BenchClass("framework compiled", exact_paths=False),
+    # XLA compiles the single step and the rollout scan as separate programs from the same ops; on CPU
+    # they agree bitwise (checked by the shared rollout tests), so the paths count as exact.
+    "jax": BenchClass("framework compiled"),
+    "cuda_host": BenchClass(timed=False),
+}
+
+
+def bench_class(backend: str) -> BenchClass:
+    """The benchmark's class of the backend named ``backend`` (:data:`BENCH_CLASSES`)."""
+    return BENCH_CLASSES.get(backend, BenchClass())
+
+
 def slug(text: str, words: int = 3) -> str:
     parts = re.findall(r"[a-z0-9.]+", re.sub(r"\((r|tm)\)", "", text.lower()))
     return "-".join(parts[:words]) or "device"
@@ -123,7 +161,8 @@ def device_info(b: Backend, t: Target, machine: str) -> dict[str, Any]:
     """Identity of the device behind a backend: the keys reports group and compare by.
 
     * ``kind`` comes from the backend (``Backend.device_kind()``: the API's device type), never from
-      its name; a simulator or a correctness harness (``timed = False``) is "simulator": parity only.
+      its name; a simulator or a correctness harness (``bench_class(...).timed`` False) is "simulator":
+      parity only.
     * ``hardware_key`` names the physical device: ``<machine>/cpu`` for the host processor (every CPU
       backend of one machine runs on it), ``<machine>/<device name>`` otherwise.
     * ``device_key`` is the hardware plus the driver layer (an OpenCL platform): one CPU under PoCL
@@ -131,10 +170,10 @@ def device_info(b: Backend, t: Target, machine: str) -> dict[str, Any]:
       layer it is the hardware key, and the report compares such backends on every driver-device of
       that hardware.
     """
-    cls = type(b)
+    cls = bench_class(t.backend)
     desc = {k: str(v) for k, v in b.describe().items()}
     name = _tail(b.device_name)
-    timed = bool(getattr(cls, "timed", True))
+    timed = cls.timed
     kind = "simulator" if t.simulator or not timed else str(b.device_kind())
     platform_name = _platform(b) if kind != "simulator" else ""
     if kind == "simulator":
@@ -153,5 +192,5 @@ def device_info(b: Backend, t: Target, machine: str) -> dict[str, Any]:
         "backend": t.backend, "device": b.device_name, "device_key": key, "hardware_key": hw,
         "device_label": f"{label} ({platform_name})" if platform_name else label, "kind": kind, "vendor": vendor,
         "driver": desc.get("driver", ""), "platform": platform_name, "machine": machine, "timed": timed,
-        "stack_class": str(getattr(cls, "stack_class", "custom kernels")), "versions": versions,
+        "stack_class": cls.stack_class, "versions": versions,
     }  # fmt: skip

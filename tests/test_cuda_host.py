@@ -16,6 +16,7 @@ import pytest
 
 from portkern import envs
 from portkern.backends import backend_of, cuda_host, get_backend, probe
+from portkern.identity import bench_class
 from portkern.backends.cuda_host import CudaHostArray, HostKernel, KernelBuildError, build_library
 
 PROBE = probe("cuda_host")
@@ -75,7 +76,7 @@ def test_probe_says_why_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> N
 
 @needs_harness
 def test_is_marked_a_correctness_harness_never_timed() -> None:
-    assert cuda_host.CudaHostBackend.timed is False
+    assert bench_class(cuda_host.CudaHostBackend.name).timed is False
     assert PROBE.simulator  # benchmarks run simulators for parity only, never timed
     assert "correctness harness" in PROBE.devices[0] and "not timed" in PROBE.devices[0]
 

@@ -77,20 +77,8 @@ class Backend(abc.ABC):
     extra: ClassVar[str | None] = None
     #: Position in listings (the reference first); ties sort by name.
     order: ClassVar[int] = 50
-    #: False for a correctness harness (cuda_host): it runs the parity suite but is never a timed target.
-    timed: ClassVar[bool] = True
     #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
     default_device_env: ClassVar[tuple[str, ...]] = ()
-    #: Where this backend stands on the spectrum of how deep a stack's kernels go (docs/ARCHITECTURE.md,
-    #: "stack class"): "framework eager", "framework compiled" or "custom kernels". Fused
-    #: rollouts of a custom-kernel backend are "fused custom"; the benchmark says so per case.
-    stack_class: ClassVar[str] = "custom kernels"
-    #: Non-empty: why the shared test fixtures leave this backend to its own test module (a
-    #: backend whose every new shape costs a compile, e.g. torch_compile).
-    shared_suite_exclusion: ClassVar[str] = ""
-    #: Whether every data path (fused, device, host) runs the same arithmetic, so a random-policy
-    #: rollout is bit-identical across them. False where each path is a separately compiled graph.
-    exact_paths: ClassVar[bool] = True
 
     #: Whether the backend's arrays cannot be written in place (jax): its buffer ops return new arrays
     #: and the public ``out=`` is refused for it.

@@ -32,7 +32,7 @@ import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -264,7 +264,6 @@ class CudaHostBackend(CudaKernels):
     name = "cuda_host"
     order = 90
     extra = None
-    timed: ClassVar[bool] = False
 
     @classmethod
     def probe(cls) -> Probe:

@@ -98,11 +98,6 @@ class JaxBackend(Backend):
     name = "jax"
     order = 42
     extra = "jax"
-    # The report's "framework compiled" class (with torch_compile): a framework's ops, compiled by its compiler.
-    stack_class = "framework compiled"
-    # XLA compiles the single step and the rollout scan as separate programs from the same ops;
-    # on CPU they agree bitwise (checked by the shared rollout tests), so the paths count as exact.
-    exact_paths = True
     # jax arrays cannot be written in place: the buffer ops return their results, out= is refused.
     immutable_arrays = True
 

@@ -67,7 +67,6 @@ def normalize(x, eps):
 class NumpyBackend(Backend):
     name = "numpy"
     order = 0
-    stack_class = "framework eager"  # NumPy: the CPU framework, one array op at a time
     extra = None
 
     @classmethod

@@ -84,8 +84,6 @@ class TorchBackend(Backend):
     name = "torch"
     order = 40
     extra = "torch"
-    #: Where this backend sits on the portability spectrum (docs/ARCHITECTURE.md, "stack class").
-    stack_class = "framework eager"
 
     @classmethod
     def probe(cls) -> Probe:

@@ -70,14 +70,6 @@ class TorchCompileBackend(TorchBackend):
     name = "torch_compile"
     order = 41
     extra = "torch"
-    stack_class = "framework compiled"
-    # The fused rollout and the single step are different graphs, which Inductor may vectorise
-    # differently (e.g. sin/cos): they agree to float rounding (2.4e-7 seen on CartPole), not bitwise.
-    exact_paths = False
-    shared_suite_exclusion = (
-        "every op, env and shape compiles first (up to a minute each on 2 cores): its parity against "
-        "the reference runs in tests/test_torch_backend.py, one env per action space and every buffer op"
-    )
 
     @classmethod
     def probe(cls) -> Probe:

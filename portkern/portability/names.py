@@ -27,7 +27,7 @@ KERNEL_ORDER: tuple[str, ...] = BASE_KERNELS + ROLLOUT_KERNELS
 #: compiled and eager frameworks, the NumPy reference last. Backend.order is another order (the registry's
 #: listing, the reference first); backends not named here follow by name.
 BACKEND_ORDER = ("cupy", "numba", "opencl", "torch_compile", "torch", "numpy")
-#: Stack classes (docs/ARCHITECTURE.md), deepest first; a backend declares its own (Backend.stack_class).
+#: Stack classes (docs/ARCHITECTURE.md), deepest first; the benchmark classes each backend (portkern.identity.BENCH_CLASSES).
 STACK_CLASSES = ("fused custom", "custom kernels", "framework compiled", "framework eager")
 #: The native backend of a vendor's devices, in order of preference (both compile CUDA for NVIDIA).
 NATIVE = {"NVIDIA": ("cupy", "numba")}

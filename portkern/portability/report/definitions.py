@@ -60,7 +60,7 @@ DEFINITIONS = {
     "throughput penalty": "p = 1 - ratio, per kernel and per workload (negative when the port is faster).",
     "stack class": "how deep a stack's kernels go (docs/ARCHITECTURE.md): framework eager (NumPy, torch), framework compiled "
                    "(torch.compile), custom kernels (OpenCL, CuPy, Numba; one launch per step), fused custom "
-                   "(fused rollouts of custom-kernel backends); declared by each backend (Backend.stack_class) "
+                   "(fused rollouts of custom-kernel backends); classed per backend by the benchmark (portkern.identity.BENCH_CLASSES) "
                    "and recorded per case.",
     "spectrum": "per device and kernel (rollouts: all three data paths of one env and policy together), the best "
                 "throughput each stack class reached, and its ratio to the best class, with the per-round interval.",

@@ -14,7 +14,7 @@ from .rounds import _best, _compare, _iv, _measured_on, _order, _status
 
 def spectrum(recs: list[Record], devices: Mapping[str, Any]) -> dict[str, Any]:
     """Per device and kernel (rollouts: env and policy), the best throughput of each stack class and its
-    ratio to the best class, with intervals. Classes come from the records (Backend.stack_class)."""
+    ratio to the best class, with intervals. Classes come from the records (portkern.identity.BENCH_CLASSES)."""
     groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
     unclassed = 0
     for r in recs:

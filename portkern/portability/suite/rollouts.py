@@ -10,6 +10,7 @@ import numpy as np
 
 from ...backends import Backend
 from ...envs import ENVS
+from ...identity import bench_class
 from ...policy import MLPPolicy, Policy, RandomPolicy, RolloutBuffer
 from ...step import make
 from .kernels import RolloutKernel, rollout_kernel
@@ -18,7 +19,7 @@ from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
 
 MLP_HIDDEN = 64
 MLP_FLIP_SHARE = 1e-3  # most envs whose sampled MLP action may flip within float rounding (see _compare_paths)
-#: Backends whose data paths agree to rounding, not bitwise (Backend.exact_paths False: torch.compile fuses
+#: Backends whose data paths agree to rounding, not bitwise (identity.bench_class(...).exact_paths False: torch.compile fuses
 #: each path's ops differently): a rollout's floats match the host path's at RTOL/ATOL for PARITY_STEPS steps,
 #: then within this drift bound, which the rounding of T chaotic steps stays under (torch_compile's Pendulum,
 #: T = 32: 2.8e-5) and a wrong step, reset or path does not (errors of the size of the state).
@@ -137,8 +138,9 @@ def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[s
         env.reset(seed=SEED)
         run()
         got = _host_copy(b, buf)
+        exact = bench_class(b.name).exact_paths
         return _compare_paths(got, _host_reference(b, rk, n, steps), ENVS[rk.env].is_discrete,
-                              exact=rk.policy == "random" and b.exact_paths, drift=not b.exact_paths)  # fmt: skip
+                              exact=rk.policy == "random" and exact, drift=not exact)  # fmt: skip
 
     info = {"env": rk.env, "path": rk.path, "policy": rk.policy, "T": steps, "N": n, "steps_per_launch": spl}
     return Prepared(run, check, n * steps, n * steps * _rollout_bytes(rk.env), "env steps", (steps, n), info)
