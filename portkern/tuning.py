@@ -16,17 +16,28 @@ for the kernel being launched, the first of:
 Where each value came from is part of the answer (:class:`Resolved`), for ``describe()`` and the
 benchmark results. Family entries are derived from the measurements too: the configuration whose
 worst share of the best, over the family's kernels, is highest (a default has to serve them all).
+
+**Size classes.** The best configuration depends on the launch's size (a layout that gives each
+work-item 8192 envs leaves one work-item doing all the work at 512 envs), so ``portkern tune``
+measures one size per class of :data:`SIZE_CLASSES` and the cache and the table hold an entry per
+class (``classes``: class -> ``kernels`` / ``families``). A launch resolves the class of its own
+size (:func:`size_class`: the env count N of a step or rollout, the T*N elements of a scan or of
+normalize, the rows of a gather, as the benchmark's sizes count them) and reads, per source, that
+class's entry, then the source's class-free entry. The class-free ``kernels`` / ``families`` are
+what files written before size classes hold (they apply to every class), and in a newer file the
+tune run's largest size per kernel (for a class the run did not reach).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -43,6 +54,48 @@ _FAMILY_OF_ROLLOUT_PATH = {"fused": "fused", "host": "rollout", "device": "rollo
 #: Knobs whose None means "what the driver advertises" (OpenCL's preferred vector width): such a
 #: configuration runs the same kernel as one of the explicit values, so it is never made a default.
 _ADVERTISED = ("env_vector_width",)
+
+#: Size classes of a launch: (name, the item count it stays below; None: no bound). The bounds put
+#: one size of each of the suite's step and buffer ladders in each class on the development VM
+#: (step 2048 / 32768 / 524288 envs, buffers 8192 / 131072 / 2097152 elements; suite.full_sizes).
+SIZE_CLASSES: tuple[tuple[str, int | None], ...] = (("small", 1 << 14), ("medium", 1 << 19), ("large", None))
+CLASS_NAMES: tuple[str, ...] = tuple(name for name, _ in SIZE_CLASSES)
+#: The class of a lookup that names no size (knob_in_force without one, describe()): the size the
+#: tuned defaults were measured at before there were classes, the largest.
+UNSIZED_CLASS = "large"
+#: Resolved.size_class of a value from a class-free entry (see the module's docstring).
+ALL_CLASSES = "all"
+
+
+def size_class(items: int) -> str:
+    """The size class (a name in :data:`CLASS_NAMES`) of a launch over ``items`` items: the env count N
+    of a step or rollout, T*N elements of a scan or normalize, the rows of a gather."""
+    try:
+        n = operator.index(items)  # an int or a NumPy integer (sizes come from array shapes); never a float
+    except TypeError:
+        n = -1
+    if isinstance(items, bool) or n < 0:
+        raise ValueError(f"items: expected an int >= 0 (the launch's size), got {items!r}")
+    for name, below in SIZE_CLASSES:
+        if below is None or n < below:
+            return name
+    raise AssertionError("the last size class has no bound")  # pragma: no cover - SIZE_CLASSES ends unbounded
+
+
+def classes_text() -> str:
+    """The size classes in words, for describe() and docs: "small < 16384 items, medium < 524288, large"."""
+    parts = [f"{name} < {below}" + (" items" if i == 0 else "") if below is not None else name
+             for i, (name, below) in enumerate(SIZE_CLASSES)]  # fmt: skip
+    return ", ".join(parts)
+
+
+def sizes_per_class(sizes: Iterable[int]) -> dict[str, int]:
+    """class -> the largest of ``sizes`` in it (classes none of them reach are left out), largest class
+    first: the one size per class a tune run times (the largest, as the search timed before classes)."""
+    out: dict[str, int] = {}
+    for s in sorted(set(sizes), reverse=True):
+        out.setdefault(size_class(s), s)
+    return dict(sorted(out.items(), key=lambda kv: -CLASS_NAMES.index(kv[0])))
 
 
 def family(kernel: str) -> str:
@@ -75,6 +128,16 @@ class Resolved:
     value: Any
     source: str  # "cache", "table <row>" or "fallback"
     entry: str  # the kernel or family whose entry gave it ("" for the fallback)
+    #: The size class whose entry gave it; ALL_CLASSES for a class-free entry, "" for the fallback or an
+    #: attribute. Not part of equality: two lookups that read the same entry agree whatever class asked.
+    size_class: str = field(default="", compare=False)
+
+    def origin(self) -> str:
+        """``source (entry[, class])``, as a benchmark case records it: the class named when its own entry gave it."""
+        if not self.entry:
+            return self.source
+        cls = f", {self.size_class}" if self.size_class and self.size_class != ALL_CLASSES else ""
+        return f"{self.source} ({self.entry}{cls})"
 
 
 def cache_path() -> Path:
@@ -114,9 +177,28 @@ def _cache_problem(devices: Any) -> str:
     if not isinstance(devices, dict):
         return "'devices' is not a mapping"
     for key, entry in devices.items():
-        sections = [entry.get(s, {}) for s in ("kernels", "families")] if isinstance(entry, dict) else [None]
-        if not all(isinstance(sec, dict) and all(isinstance(c, dict) for c in sec.values()) for sec in sections):
-            return f"devices[{key!r}] is not a mapping of kernels and families to configurations"
+        problem = _entry_problem(entry)
+        if problem:
+            return f"devices[{key!r}] {problem}"
+    return ""
+
+
+def _entry_problem(entry: Any) -> str:
+    """What is wrong with one device's (or table row's) entry: its class-free part and its classes."""
+    def configs_ok(part: Any) -> bool:
+        sections = [part.get(s, {}) for s in ("kernels", "families")] if isinstance(part, dict) else [None]
+        return all(isinstance(sec, dict) and all(isinstance(c, dict) for c in sec.values()) for sec in sections)
+
+    if not configs_ok(entry):
+        return "is not a mapping of kernels and families to configurations"
+    classes = entry.get("classes", {})
+    if not isinstance(classes, dict):
+        return "has 'classes' that is not a mapping of size classes"
+    for name, part in classes.items():
+        if name not in CLASS_NAMES:
+            return f"has size class {name!r}; the size classes are {', '.join(CLASS_NAMES)}"
+        if not configs_ok(part):
+            return f"has size class {name!r} that is not a mapping of kernels and families to configurations"
     return ""
 
 
@@ -127,6 +209,10 @@ def table() -> dict[str, Any]:
     data = json.loads(text)
     if data.get("schema") != TABLE_SCHEMA:
         raise ValueError(f"portkern/data/tuned_defaults.json: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")
+    for name, row in data.get("rows", {}).items():
+        problem = _entry_problem(row)
+        if problem:
+            raise ValueError(f"portkern/data/tuned_defaults.json: row {name!r} {problem}")
     return data
 
 
@@ -146,7 +232,7 @@ def table_row(identity: Identity) -> tuple[str, dict[str, Any]] | None:
 
 
 class Defaults:
-    """Tuned defaults of one device, resolved per (kernel, family, knob).
+    """Tuned defaults of one device, resolved per (kernel, family, knob, size class).
 
     ``fallback``: family -> knob -> value, the backend's documented safe values; ``valid(knob, value)``
     rejects a measured value this device cannot run (a work-group over its limit), which then falls
@@ -170,43 +256,70 @@ class Defaults:
         row = table_row(identity)
         if row:
             self.sources.append((f"table {row[0]}", row[1]))
-        self._memo: dict[tuple[str | None, str, str], Resolved] = {}
+        self._memo: dict[tuple[str | None, str, str, str], Resolved] = {}
 
-    def resolve(self, knob: str, family_name: str, kernel: str | None = None) -> Resolved:
-        key = (kernel, family_name, knob)
-        if key not in self._memo:
-            self._memo[key] = self._resolve(knob, family_name, kernel)
-        return self._memo[key]
+    def resolve(self, knob: str, family_name: str, kernel: str | None = None,
+                size_class: str = UNSIZED_CLASS) -> Resolved:  # fmt: skip
+        """The knob's value for a launch of ``kernel`` (family ``family_name``) in ``size_class``."""
+        key = (kernel, family_name, knob, size_class)
+        found = self._memo.get(key)  # the launch path: one dict hit
+        if found is None:
+            if size_class not in CLASS_NAMES:
+                raise ValueError(f"size_class: expected one of {', '.join(CLASS_NAMES)}, got {size_class!r}")
+            found = self._memo[key] = self._resolve(knob, family_name, kernel, size_class)
+        return found
 
-    def _resolve(self, knob: str, family_name: str, kernel: str | None) -> Resolved:
+    def _resolve(self, knob: str, family_name: str, kernel: str | None, size_class: str) -> Resolved:
+        # Per source, the launch's own class first, then the class-free entry; a source is finished
+        # before the next is read (the device's own tune run, at whatever size, beats another machine's).
         for source, entry in self.sources:
-            for section, name in (("kernels", kernel), ("families", family_name)):
-                config = entry.get(section, {}).get(name) if name else None
-                if config and knob in config and self.valid(knob, config[knob]):
-                    return Resolved(config[knob], source, name)
+            for part, cls in ((entry.get("classes", {}).get(size_class, {}), size_class), (entry, ALL_CLASSES)):
+                for section, name in (("kernels", kernel), ("families", family_name)):
+                    config = part.get(section, {}).get(name) if name else None
+                    if config and knob in config and self.valid(knob, config[knob]):
+                        return Resolved(config[knob], source, name, cls)
         if knob not in self.fallback.get(family_name, {}):
             raise KeyError(f"no fallback for knob {knob!r} of kernel family {family_name!r}")
         return Resolved(self.fallback[family_name][knob], "fallback", "")
 
     def summary(self) -> dict[str, str]:
-        """family -> "knob=value [source], ..." of the family-level defaults (kernels may refine them)."""
+        """family -> "knob=value [source], ..." of the family-level defaults (kernels may refine them),
+        once when every size class reads the same, else per class ("small: ...; medium: ...; large: ...")."""
         out = {}
         for fam, knobs in self.fallback.items():
-            parts = []
-            for knob in knobs:
-                r = self.resolve(knob, fam)
-                parts.append(f"{knob}={'auto' if r.value is None else r.value} [{r.source}]")
-            refined = sorted({k for _, e in self.sources for k in e.get("kernels", {}) if family(k) == fam})
-            out[fam] = ", ".join(parts) + (f"; per kernel: {len(refined)}" if refined else "")
+            own = fam if fam not in _FAMILY_OF_ROLLOUT_PATH.values() and fam != "step" else None  # a buffer op's entry
+            per_class = {}
+            for cls in CLASS_NAMES:
+                parts = []
+                for knob in knobs:
+                    r = self.resolve(knob, fam, own, cls)
+                    where = r.source + (f", {r.size_class}" if r.size_class not in ("", ALL_CLASSES) else "")
+                    parts.append(f"{knob}={'auto' if r.value is None else r.value} [{where}]")
+                per_class[cls] = ", ".join(parts)
+            refined = sorted({k for _, e in self.sources
+                              for part in (e, *e.get("classes", {}).values()) for k in part.get("kernels", {})
+                              if family(k) == fam})  # fmt: skip
+            if len(set(per_class.values())) == 1:
+                text = per_class[UNSIZED_CLASS]
+            else:
+                text = "; ".join(f"{cls}: {t}" for cls, t in per_class.items())
+            out[fam] = text + (f"; per kernel: {len(refined)}" if refined else "")
         return out
 
     def origin(self) -> str:
-        """Where the defaults come from, in one line."""
+        """Where the defaults come from, in one line, and the size classes a launch picks from."""
         if not self.sources:
             return "fallback (no tuned entry for this device)" + "".join(f"; {p}" for p in self.problems)
+
+        def classes(e: Mapping[str, Any]) -> str:
+            have = [c for c in CLASS_NAMES if c in e.get("classes", {})]
+            return f"classes {', '.join(have)}" if have else "one entry for every class"
+
         return "".join(f"{p}; " for p in self.problems) + ", then ".join(
-            f"cache {cache_path()}" if s == "cache" else f"{s} ({e.get('measured', '')})" for s, e in self.sources
-        ) + ", then fallback"
+            f"cache {cache_path()}" if s == "cache" else f"{s} ({e.get('measured', '')}; {classes(e)})"
+            for s, e in self.sources
+        ) + f", then fallback; size classes by the launch's items: {classes_text()}" + "".join(
+            f"; the cache has {classes(e)}" for s, e in self.sources if s == "cache")  # fmt: skip
 
 
 # ---- from tune runs: the cache and the table -----------------------------------------------------
@@ -254,29 +367,68 @@ def entries_from_records(records: Iterable[Any]) -> dict[str, Any]:
     return {"kernels": kernels, "families": families}
 
 
+def class_entries(records: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """size class -> :func:`entries_from_records` of the records in it (each kernel at its largest size
+    in the class), for each class where some kernel was searched (more than one configuration timed);
+    a kernel timed at its default only in a class tells nothing about that class's best."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in records:
+        groups.setdefault((size_class(r.size), r.kernel), []).append(r)
+    searched: dict[str, list[Any]] = {}
+    for (cls, _), group in groups.items():
+        top = max(r.size for r in group)
+        if len({r.config_key for r in group if r.size == top}) > 1:
+            searched.setdefault(cls, []).extend(group)
+    out: dict[str, dict[str, Any]] = {}
+    for cls in CLASS_NAMES:
+        entries = entries_from_records(searched.get(cls, []))
+        if entries["kernels"]:
+            out[cls] = dict(entries, sizes=sorted({r.size for r in searched[cls]}))
+    return out
+
+
 def _strip(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if not k.startswith("_")}
 
 
-def device_entries(run_path: str | Path) -> list[tuple[Identity, dict[str, Any]]]:
-    """(identity, entries) for each timed device of a tune run (a ``portkern tune`` results.json)."""
-    run = load_run(str(run_path))
-    # load_run keeps what reports group by; the identity (device name, driver) is in the raw entries.
-    raw = json.loads(Path(run_path).read_text())["machine_info"]["portkern"]["devices"]
+def _stripped(entries: Mapping[str, Any], worst_share: bool = False) -> dict[str, Any]:
+    """The ``kernels`` / ``families`` of ``entries`` without bookkeeping keys (the table keeps a family's
+    worst share: it says how well the default serves the family)."""
+    return {"kernels": {k: _strip(c) for k, c in entries["kernels"].items()},
+            "families": {f: dict(c) if worst_share else _strip(c) for f, c in entries["families"].items()}}  # fmt: skip
+
+
+def _classes(entries: Mapping[str, Any], worst_share: bool = False) -> dict[str, Any]:
+    """The ``classes`` section of a cache entry or table row: per class, its entries and the sizes measured."""
+    return {cls: {**_stripped(e, worst_share), "sizes": e["sizes"]} for cls, e in entries.get("classes", {}).items()}
+
+
+def device_entries(run_path: str | Path | Sequence[str | Path]) -> list[tuple[Identity, dict[str, Any]]]:
+    """(identity, entries) for each timed device of a tune run (a ``portkern tune`` results.json), or of
+    several runs together (searches of one device split over runs, e.g. one size class or kernel each):
+    the class-free entries (each kernel at its largest size) and, under ``classes``, each size class's."""
+    paths = [run_path] if isinstance(run_path, (str, Path)) else list(run_path)
+    found: dict[Identity, list[Any]] = {}
+    for path in paths:
+        run = load_run(str(path))
+        # load_run keeps what reports group by; the identity (device name, driver) is in the raw entries.
+        raw = json.loads(Path(path).read_text())["machine_info"]["portkern"]["devices"]
+        for d in raw:
+            if d.get("kind") == "simulator" or not d.get("timed", True):
+                continue
+            ident = Identity(str(d["backend"]), str(d.get("platform", "")), str(d.get("device", "")).split(": ", 1)[-1],
+                             str(d.get("driver", "")), str(d.get("kind", "")))  # fmt: skip
+            found.setdefault(ident, []).extend(
+                r for r in run.records if r.device_key == d["device_key"] and r.backend == d["backend"]
+                and r.kernel != "copy")  # fmt: skip
     out = []
-    for d in raw:
-        if d.get("kind") == "simulator" or not d.get("timed", True):
-            continue
-        recs = [r for r in run.records
-                if r.device_key == d["device_key"] and r.backend == d["backend"] and r.kernel != "copy"]  # fmt: skip
+    for ident, recs in found.items():
         configs: dict[str, set[str]] = {}
         for r in recs:
             configs.setdefault(r.kernel, set()).add(r.config_key)
         if not any(len(c) > 1 for c in configs.values()):
             continue  # no kernel searched on this device (a bench run: its defaults only): nothing tuned
-        ident = Identity(str(d["backend"]), str(d.get("platform", "")), str(d.get("device", "")).split(": ", 1)[-1],
-                         str(d.get("driver", "")), str(d.get("kind", "")))  # fmt: skip
-        out.append((ident, entries_from_records(recs)))
+        out.append((ident, dict(entries_from_records(recs), classes=class_entries(recs))))
     return out
 
 
@@ -305,8 +457,9 @@ def write_cache(run_path: str | Path, path: str | Path | None = None) -> list[st
             "backend": ident.backend, "platform": ident.platform, "device": ident.device,
             "driver": ident.driver, "kind": ident.kind, "run": str(Path(run_path).resolve()),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "kernels": {k: _strip(c) for k, c in entries["kernels"].items()},
-            "families": {f: _strip(c) for f, c in entries["families"].items()},
+            # Class-free: each kernel at the run's largest size, for a class the run did not reach
+            # (and what a portkern from before size classes reads); then one entry per class measured.
+            **_stripped(entries), "classes": _classes(entries),
         }  # fmt: skip
         written.append(ident.key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,9 +469,10 @@ def write_cache(run_path: str | Path, path: str | Path | None = None) -> list[st
     return written
 
 
-def table_row_from_run(run_path: str | Path, device: str, measured: str) -> dict[str, Any]:
-    """A table row (``match``, ``measured``, ``kernels``, ``families``) from the tune run's device
-    whose label contains ``device``; for making ``portkern/data/tuned_defaults.json``."""
+def table_row_from_run(run_path: str | Path | Sequence[str | Path], device: str, measured: str) -> dict[str, Any]:
+    """A table row (``match``, ``measured``, ``kernels``, ``families``, ``classes``) from the tune run's
+    (or runs', :func:`device_entries`) device whose label contains ``device``; for making
+    ``portkern/data/tuned_defaults.json``."""
     found = [(i, e) for i, e in device_entries(run_path) if device.lower() in f"{i.platform}: {i.device}".lower()]
     if len(found) != 1:
         raise ValueError(f"device {device!r}: expected one tuned device in {run_path}, found {len(found)}")
@@ -326,6 +480,5 @@ def table_row_from_run(run_path: str | Path, device: str, measured: str) -> dict
     return {
         "match": {"backend": ident.backend, "platform": ident.platform, "kind": ident.kind},
         "measured": f"{measured}; {ident.device}, driver {ident.driver}",
-        "kernels": {k: _strip(c) for k, c in entries["kernels"].items()},
-        "families": entries["families"],
-    }
+        **_stripped(entries, worst_share=True), "classes": _classes(entries, worst_share=True),
+    }  # fmt: skip

@@ -66,6 +66,7 @@ class OpenCLBufferOps:
         dt = rewards.dtype
         T = dt.type
         steps, n = rewards.shape
+        self._sized(steps * n)  # the knobs of this launch's size class (T*N elements)
         opts, envs = self._scan_options("gae", dt)
         k = self._kernel("gae.cl", "pk_gae", opts)
         # gamma * lam is rounded in the env dtype on the host exactly as the reference does.
@@ -78,6 +79,7 @@ class OpenCLBufferOps:
         dt = rewards.dtype
         steps, n = rewards.shape
         per_step = bootstrap.ndim == 2
+        self._sized(steps * n)
         opts, envs = self._scan_options("discounted_returns", dt)
         k = self._kernel("discounted_returns.cl", "pk_discounted_returns", opts)
         values = {"rewards": rewards, "terminated": terminated, "truncated": truncated, "bootstrap": bootstrap,
@@ -90,6 +92,7 @@ class OpenCLBufferOps:
         n = x.size
         if n == 0:
             return
+        self._sized(n)
         wg = self.reduce_wg
         if not isinstance(wg, int) or wg < 1 or wg & (wg - 1):
             raise ValueError(f"reduce_wg: expected a power of two, got {wg!r}")
@@ -122,6 +125,7 @@ class OpenCLBufferOps:
 
     def gather(self, x, indices, out):
         b = indices.shape[0]
+        self._sized(b)  # gathered rows
         kernel = "pk_gather_i32" if indices.dtype == np.int32 else "pk_gather"
         row_len = math.prod(x.shape[1:])
         values = {"x": x, "indices": indices, "out": out, "row_len": row_len, "B": b}

@@ -33,7 +33,22 @@ _GPU_SHAPE = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk"
 
 
 class OpenCLKnobs:
-    """Knob resolution of :class:`~portkern.backends.opencl.OpenCLBackend` (a mixin: the backend holds the state)."""
+    """Knob resolution of :class:`~portkern.backends.opencl.OpenCLBackend` (a mixin: the backend holds the state).
+
+    Tuned defaults are per size class (portkern.tuning): each launching method names its size first
+    (:meth:`_sized`: env count, T*N elements or gathered rows), and the knobs it then resolves (build
+    options, work-group size) are its class's.
+    """
+
+    #: The size class of the launch being prepared (_sized); before any, the class of an unsized lookup.
+    _launch_class: str = tuning.UNSIZED_CLASS
+
+    def _sized(self, items: int) -> None:
+        """Name the size of the launch about to be prepared: its knobs resolve in that size class. It is
+        instance state, set by every launch method first: two threads launching on one instance at once
+        could read each other's class, which costs speed only (each value a launch reads is checked, and
+        every layout computes the same results)."""
+        self._launch_class = tuning.size_class(items)
 
     def _fallback(self) -> dict[str, dict[str, Any]]:
         """The knobs' values without a tuned entry (documented at _FALLBACK_CPU_VW), per kernel family."""
@@ -66,11 +81,12 @@ class OpenCLKnobs:
         """Work-group size of the normalize and validation reductions (PK_WG, a power of two).
 
         One kernel family uses it, so it reads as the value in force: the tuned default until set
-        (set tuning.TUNED to go back to it).
+        (set tuning.TUNED to go back to it), of the size class of the last launch prepared (normalize
+        names its size before reading it; knob_in_force("reduce_wg", "normalize", size) for another).
         """
         value = self._reduce_wg
         if isinstance(value, str) and value == tuning.TUNED:
-            return self.tuned_defaults.resolve("reduce_wg", "normalize", "normalize").value
+            return self.tuned_defaults.resolve("reduce_wg", "normalize", "normalize", self._launch_class).value
         return value
 
     @reduce_wg.setter
@@ -81,26 +97,30 @@ class OpenCLKnobs:
         return self._reduce_wg if knob == "reduce_wg" else getattr(self, knob)
 
     def _tuned(self, knob: str, family: str, kernel: str | None = None) -> Any:
-        """The knob's value for a launch: the attribute, or at TUNED the kernel's tuned default."""
+        """The knob's value for a launch: the attribute, or at TUNED the kernel's tuned default in the
+        launch's size class (_sized)."""
         value = getattr(self, knob)
         if isinstance(value, str) and value == tuning.TUNED:
-            return self.tuned_defaults.resolve(knob, family, kernel).value
+            return self.tuned_defaults.resolve(knob, family, kernel, self._launch_class).value
         return value
 
-    def knob_in_force(self, knob: str, kernel: str) -> tuning.Resolved:
-        """The knob's value in the launches of benchmark kernel ``kernel``, and its source: the
-        attribute when set, else the tuned entry those launches read (see _knob_entry)."""
+    def knob_in_force(self, knob: str, kernel: str, size: int | None = None) -> tuning.Resolved:
+        """The knob's value in the launches of benchmark kernel ``kernel`` at ``size`` (the suite's size:
+        N envs, T*N elements, rows), and its source: the attribute when set, else the tuned entry those
+        launches read (see _knob_entry) in the size's class (``size_class`` says which class's entry
+        gave it); without a size, the class of an unsized lookup (tuning.UNSIZED_CLASS)."""
         value = self.knob_setting(knob)
         if not (isinstance(value, str) and value == tuning.TUNED):
             return tuning.Resolved(value, "attribute", "")
         entry, family = self._knob_entry(knob, kernel)
+        cls = tuning.UNSIZED_CLASS if size is None else tuning.size_class(size)
         try:
-            got = self.tuned_defaults.resolve(knob, family, entry)
+            got = self.tuned_defaults.resolve(knob, family, entry, cls)
             if knob.endswith("vector_width") and isinstance(got.value, int):
                 narrowed = self._width(knob, got.value, np.float32)  # what float32 launches run, as the suite times
                 if narrowed != got.value:
                     got = tuning.Resolved(narrowed, f"{got.source}, narrowed to {self.max_vector_bytes * 8}-bit vectors",
-                                          got.entry)
+                                          got.entry, got.size_class)
             return got
         except KeyError:
             if knob not in _GPU_SHAPE:
@@ -163,11 +183,11 @@ class OpenCLKnobs:
 
     def _buffer_knob(self, op: str, name: str) -> int:
         """Layout knob ``name`` for buffer op ``op``: the attribute, or at tuning.TUNED the op's tuned
-        default (per-machine cache, shipped table), else the GPU shape; checked here."""
+        default in the launch's size class (per-machine cache, shipped table), else the GPU shape; checked here."""
         v = getattr(self, name)
         if isinstance(v, str) and v == tuning.TUNED:
             try:
-                v = self.tuned_defaults.resolve(name, op, op).value
+                v = self.tuned_defaults.resolve(name, op, op, self._launch_class).value
             except KeyError:  # no tuned entry: the GPU shape
                 v = _GPU_SHAPE[name]
         if name.endswith("vector_width"):

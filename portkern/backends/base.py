@@ -179,13 +179,15 @@ class Backend(abc.ABC):
         sets a knob and must put back exactly what was there; a property may read as the value in force."""
         return getattr(self, knob)
 
-    def knob_in_force(self, knob: str, kernel: str) -> Resolved:
+    def knob_in_force(self, knob: str, kernel: str, size: int | None = None) -> Resolved:
         """Value of tuning-knob attribute ``knob`` in the launches of benchmark kernel ``kernel``
-        (``step:<env>``, ``rollout:<env>:<path>[:mlp]``, a buffer op), and where it came from.
+        (``step:<env>``, ``rollout:<env>:<path>[:mlp]``, a buffer op) at ``size`` (the suite's size of
+        the case), and where it came from.
 
         Here the attribute itself (source "attribute"). A backend whose knobs default to
         :data:`portkern.tuning.TUNED` resolves that the way its launches do (source "cache",
-        "table <row>" or "fallback"), so a benchmark records the values that ran, not the sentinel.
+        "table <row>" or "fallback", in the size class of ``size``), so a benchmark records the values
+        that ran, not the sentinel.
         """
         return Resolved(getattr(self, knob), "attribute", "")
 

@@ -306,6 +306,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
     # ---- environments ------------------------------------------------------------------------
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
+        self._sized(n)  # the knobs of this launch's size class
         opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         name = _abi.env_entry(spec.kernel, "reset")
         k = self._kernel(f"{spec.kernel}.cl", name, opts)
@@ -318,6 +319,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         n = bufs.steps.shape[0]
         mode = AUTORESET_MODES[autoreset]
         act = self._actions_on_device(actions, n, spec.action_dtype)
+        self._sized(n)
         opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         name = _abi.env_entry(spec.kernel, "step")
         k = self._kernel(f"{spec.kernel}.cl", name, opts)
@@ -333,6 +335,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         # One step per launch is the device data path: its own tuned entry (the family's, "fused", without one).
         path = "device" if steps_per_launch == 1 else "fused"
         bench_name = f"rollout:{spec.id}:{path}" + (":mlp" if policy.kind == 1 else "")
+        self._sized(n)
         opts, vw = self._env_options(dt, bench_name, "fused")
         name = _abi.env_entry(spec.kernel, "rollout")
         k = self._kernel(f"{spec.kernel}.cl", name, opts)
@@ -352,6 +355,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = self._empty((n, out_dim), np.float32)
+        self._sized(n)
         opts, vw = self._env_options(obs.dtype, None, "rollout")  # the per-step paths' MLP
         k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
         values = {"policy": policy_params, "hidden": hidden, "obs_dim": d, "out_dim": out_dim, "obs": obs,

@@ -21,6 +21,7 @@ from .kernels import (
 )  # fmt: skip
 from .knobs import (
     CASE_KNOBS, KNOBS, all_configs, applied, config_id, config_origin, current_config, knobs, resolved_config,
+    tune_sizes,
 )  # fmt: skip
 from .prepared import ATOL, PARITY_STEPS, RATE_BASIS, RTOL, SEED, Parity, Prepared, rates
 from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN, _compare_paths
@@ -40,5 +41,5 @@ __all__ = [
     "code_fingerprint", "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model",
     "current_config", "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label",
     "make_slot", "open_backend", "prepare", "prepare_copy", "rates", "resolved_config", "rollout_kernel",
-    "round_summary", "run_info", "size_family", "slug", "targets",
+    "round_summary", "run_info", "size_family", "slug", "targets", "tune_sizes",
 ]  # fmt: skip

@@ -7,6 +7,7 @@ import itertools
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from ... import tuning
 from ...backends import Backend
 from .kernels import ROLLOUT_T, family
 
@@ -59,13 +60,15 @@ def knobs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> dict[str, tuple[An
 
 
 def resolved_config(kernel: str, b: Backend, config: dict[str, Any] | None = None,
-                    steps: int = ROLLOUT_T) -> dict[str, tuple[Any, str]]:  # fmt: skip
-    """knob -> (value, origin) of the knobs a case runs with.
+                    steps: int = ROLLOUT_T, size: int | None = None) -> dict[str, tuple[Any, str]]:  # fmt: skip
+    """knob -> (value, origin) of the knobs a case of ``size`` runs with.
 
     Origins: "config" (set by the case's ``config``: a point of a tune search), "T" (a case knob
     left at the rollout's T), and for the backend's own values ``Backend.knob_in_force``:
     "attribute", or where a tuned default came from ("cache", "table <row>", "fallback", with the
-    kernel or family entry in parentheses). The values are what runs, never a sentinel.
+    kernel or family entry in parentheses, and the size class when that class's own entry gave it:
+    ``table pocl-cpu (gae, small)``). The values are what runs, never a sentinel. Tuned defaults are
+    per size class (portkern.tuning.size_class): without ``size``, those of an unsized lookup.
     """
     config = config or {}
     out: dict[str, tuple[Any, str]] = {}
@@ -75,23 +78,29 @@ def resolved_config(kernel: str, b: Backend, config: dict[str, Any] | None = Non
         elif k in CASE_KNOBS:
             out[k] = (steps, "T")
         else:
-            r = b.knob_in_force(k, kernel)
-            out[k] = (r.value, f"{r.source} ({r.entry})" if r.entry else r.source)
+            r = b.knob_in_force(k, kernel, size)
+            out[k] = (r.value, r.origin())
     return out
 
 
 def current_config(kernel: str, b: Backend, config: dict[str, Any] | None = None,
-                   steps: int = ROLLOUT_T) -> dict[str, Any]:  # fmt: skip
-    """Knob values a case runs with: ``config``'s, else the backend's values in force for ``kernel``
-    (a tuned default resolved, not its sentinel), case knobs at T. The default case of a kernel is
-    the one without a ``config``: :func:`config_origin` has no "config" in it."""
-    return {k: v for k, (v, _) in resolved_config(kernel, b, config, steps).items()}
+                   steps: int = ROLLOUT_T, size: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Knob values a case of ``size`` runs with: ``config``'s, else the backend's values in force for
+    ``kernel`` at that size (a tuned default resolved, not its sentinel), case knobs at T. The default
+    case of a kernel is the one without a ``config``: :func:`config_origin` has no "config" in it."""
+    return {k: v for k, (v, _) in resolved_config(kernel, b, config, steps, size).items()}
 
 
 def config_origin(kernel: str, b: Backend, config: dict[str, Any] | None = None,
-                  steps: int = ROLLOUT_T) -> dict[str, str]:  # fmt: skip
+                  steps: int = ROLLOUT_T, size: int | None = None) -> dict[str, str]:  # fmt: skip
     """knob -> where the value :func:`current_config` records came from (see :func:`resolved_config`)."""
-    return {k: origin for k, (_, origin) in resolved_config(kernel, b, config, steps).items()}
+    return {k: origin for k, (_, origin) in resolved_config(kernel, b, config, steps, size).items()}
+
+
+def tune_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The sizes of a kernel's ladder that a tune search times: one per size class it reaches (the
+    largest in each, portkern.tuning.sizes_per_class), ascending, so each class gets its own default."""
+    return tuple(sorted(tuning.sizes_per_class(sizes).values()))
 
 
 def all_configs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> list[dict[str, Any]]:
