@@ -1,24 +1,35 @@
-"""Rollout-buffer ops on this CPU: portkern (OpenCL on every CPU driver, NumPy) against PyTorch and JAX.
+"""Rollout-buffer ops on this CPU: portkern (OpenCL on every CPU driver, PyTorch) against NumPy, PyTorch, JAX.
 
 The ops of portkern.buffer over time-major [T, N] float32 buffers: gae, discounted_returns,
 normalize, and gather (rows of a flattened [T*N, 4] array at a permutation, as a minibatch epoch).
+
+portkern's rows time the call a user makes: ``portkern.buffer.gae(...)`` (argument checks included,
+outputs from the backend's per-op buffer, no ``out=``), with the backend's default knobs:
+
+* opencl:<driver>: the OpenCL backend on each OpenCL CPU device;
+* portkern:torch, portkern:torch_compile: the PyTorch backends (eager; Inductor), each also on one
+  thread ("@1t"), as the torch peers;
+* opencl:<driver> (backend op, preallocated): a second, internal row: the backend's op alone, outputs
+  preallocated, no checks, with the layout knobs (scan_vector_width x scan_vectors_per_item,
+  reduce_chunk x reduce_vector_width, gather_rows_per_item x gather_vector_width) chosen by a short
+  interleaved sweep first. What the kernel can do, never what a user gets.
+
 Peers, each written the way its community writes it, inputs already where each one computes:
 
-* numpy: portkern's NumPy backend (the reference), plus plain float32 NumPy for normalize;
+* numpy: portkern's NumPy backend op (the reference), outputs preallocated; plain float32 NumPy for normalize;
 * torch_loop: the CleanRL ``ppo.py`` loop over t (one small op per row); torch_vec: the same
   recursion with the masks and deltas computed as whole-array ops and in-place per-row updates;
-  each on torch's default threads and on one ("@1t");
-* jax: ``lax.scan(reverse=True)`` under ``jit`` (the purejaxrl pattern), ``jnp`` for normalize/gather;
-* opencl:<driver>: portkern's OpenCL backend on each OpenCL CPU device, with the layout knobs
-  (scan_vector_width x scan_vectors_per_item, reduce_chunk x reduce_vector_width,
-  gather_rows_per_item x gather_vector_width) chosen by a short interleaved sweep first.
+  ``torch.index_select(..., out=)`` for gather, one expression for normalize; each on torch's
+  default threads and on one ("@1t");
+* jax: ``lax.scan(reverse=True)`` under ``jit`` (the purejaxrl pattern), ``jnp`` for normalize/gather.
 
 Every case is checked against the reference before it is timed. Timed rounds interleave all cases
 (the order rotates every round) on this shared machine; each sample is one call, synchronised.
 Rates are items/s (elements; rows for gather) over wall time, and over the process's CPU time
 (all its threads: PoCL's, Intel's TBB, OpenMP, XLA), which load from other jobs disturbs less.
 
-    PYTHONPATH=. python bench/cpu/buffer_peers.py [--sizes 128x65536,128x262144] [--repeats 9]
+    PYTHONPATH=. python bench/cpu/buffer_peers.py [--sizes 128x65536,128x4096] [--repeats 9]
+        [--no-opencl] [--no-compile] [--no-torch] [--no-jax]
     (pip install 'portkern[opencl,bench,peers]'; Intel's CPU runtime too: 'portkern[opencl-intel]')
 """
 
@@ -37,6 +48,7 @@ from _common import machine_info, write_json
 from rich.console import Console
 from rich.table import Table
 
+from portkern import buffer
 from portkern.backends import get_backend
 from portkern.backends import numpy as npb
 from portkern.backends import opencl as _opencl  # noqa: F401  (registers PyPI OpenCL drivers first)
@@ -277,20 +289,57 @@ def jax_cases(op: str, a: dict[str, np.ndarray]) -> dict[str, Case]:
     return {"jax": (run, lambda: [np.asarray(x) for x in res["out"]])}
 
 
-# ---- portkern opencl ----------------------------------------------------------------------------
-def opencl_case(b: Any, op: str, a: dict[str, np.ndarray]) -> Case:
+# ---- portkern: the public call, and the OpenCL backend op ----------------------------------------
+#: Suffix of the internal row: the backend op with preallocated outputs, at the swept knobs.
+INTERNAL = " (backend op, preallocated)"
+
+
+def is_portkern(name: str) -> bool:
+    return name.startswith(("opencl:", "portkern:"))
+
+
+def public_case(b: Any, op: str, a: dict[str, np.ndarray]) -> Case:
+    """``portkern.buffer.<op>`` on backend ``b`` as a user calls it, inputs already on its device (a CPU
+    torch backend's: the host arrays themselves, as the torch peers' ``torch.from_numpy``)."""
+    if b.name.startswith("torch") and str(getattr(b, "device", "")) == "cpu":
+        import torch
+
+        d = {k: torch.from_numpy(v) for k, v in a.items()}
+    else:
+        d = {k: b.from_host(v) for k, v in a.items()}
+    res: dict[str, Any] = {}
+    if op == "gae":
+        call = lambda: buffer.gae(d["r"], d["v"], d["nv"], d["te"], d["tr"], gamma=GAMMA, lam=LAM, backend=b)
+    elif op == "discounted_returns":
+        call = lambda: (
+            buffer.discounted_returns(d["r"], d["te"], d["tr"], d["boot"], gamma=GAMMA, backend=b),
+        )
+    elif op == "normalize":
+        call = lambda: (buffer.normalize(d["x"], EPS, backend=b),)
+    else:
+        call = lambda: (buffer.gather(d["x"], d["idx"], backend=b),)
+
+    def run() -> None:
+        res["out"] = call()
+        b.synchronize()
+
+    return run, lambda: [np.array(b.to_host(o)) for o in res["out"]]
+
+
+def opencl_op_case(b: Any, op: str, a: dict[str, np.ndarray]) -> Case:
+    """The internal row: the backend op alone, with outputs allocated once beforehand."""
     dv = {k: b.from_host(v) for k, v in a.items()}
     if op == "gae":
-        outs = [b.zeros(a["r"].shape, np.float32) for _ in range(2)]
+        outs = [b.empty(a["r"].shape, np.float32) for _ in range(2)]
         call = lambda: b.gae(dv["r"], dv["v"], dv["nv"], dv["te"], dv["tr"], *outs, GAMMA, LAM)
     elif op == "discounted_returns":
-        outs = [b.zeros(a["r"].shape, np.float32)]
+        outs = [b.empty(a["r"].shape, np.float32)]
         call = lambda: b.discounted_returns(dv["r"], dv["te"], dv["tr"], dv["boot"], outs[0], GAMMA)
     elif op == "normalize":
-        outs = [b.zeros(a["x"].shape, np.float32)]
+        outs = [b.empty(a["x"].shape, np.float32)]
         call = lambda: b.normalize(dv["x"], outs[0], EPS)
     else:
-        outs = [b.zeros(a["x"].shape, np.float32)]
+        outs = [b.empty(a["x"].shape, np.float32)]
         call = lambda: b.gather(dv["x"], dv["idx"], outs[0])
 
     def run() -> None:
@@ -373,39 +422,52 @@ def check(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> str:
 
 def sweep(b: Any, op: str, run: Callable[[], None], a: dict[str, np.ndarray],
           repeats: int) -> tuple[dict[str, int], list[dict]]:  # fmt: skip
-    """The layout knobs of ``op`` on backend ``b``: the candidate with the best median wall rate."""
-    cands = {str(k): with_knobs(b, k, run) for k in SWEEP[op]}
+    """The layout knobs of ``op`` on backend ``b``: the candidate with the best median wall rate, among
+    those the device's compiler can build (float32 lanes within ``max_vector_bytes``, where it has one)."""
+    cap = getattr(b, "max_vector_bytes", None)
+    fits = [k for k in SWEEP[op]
+            if cap is None or all(4 * w <= cap for n, w in k.items() if n.endswith("vector_width"))]
+    cands = {str(k): with_knobs(b, k, run) for k in fits}
     t = rounds(cands, repeats)
     n = items(op, a)
-    table = [
-        {"knobs": k, "wall": rates(n, t[str(k)]["wall"]), "cpu": rates(n, t[str(k)]["cpu"])}
-        for k in SWEEP[op]
-    ]
+    table = [{"knobs": k, "wall": rates(n, t[str(k)]["wall"]), "cpu": rates(n, t[str(k)]["cpu"])}
+             for k in fits]  # fmt: skip
     best = max(table, key=lambda row: row["wall"]["median"])
     return best["knobs"], table
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="128x65536,128x262144", help="comma-separated TxN buffer shapes")
+    ap.add_argument("--sizes", default="128x65536,128x4096", help="comma-separated TxN buffer shapes")
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--repeats", type=int, default=9, help="interleaved timed rounds per (op, size)")
     ap.add_argument("--sweep-repeats", type=int, default=5, help="rounds of the knob sweep per device")
     ap.add_argument(
         "--devices", default=None, help="comma-separated OpenCL device substrings (default: every CPU device)"
     )
-    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-opencl", action="store_true", help="no OpenCL rows (the torch rows and peers only)")
+    ap.add_argument("--no-torch", action="store_true", help="no torch peers and no portkern torch rows")
+    ap.add_argument("--no-compile", action="store_true", help="no portkern:torch_compile rows")
     ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch's intra-op threads for every torch row (default: torch's own, each row also "
+                    "on one thread as '<row>@1t'); 1 on a loaded machine, where 2 threads wait on each other")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "buffer_peers.json"))
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes.split(",")]
-    devices = opencl_devices(args.devices.split(",") if args.devices else None)
+    devices = [] if args.no_opencl else opencl_devices(args.devices.split(",") if args.devices else None)
     backends = {f"opencl:{short(d)}": get_backend("opencl", d) for d in devices}
+    torch_backends: dict[str, Any] = {}
     versions: dict[str, str] = {}
     if not args.no_torch:
         import torch
 
+        if args.torch_threads is not None:
+            torch.set_num_threads(args.torch_threads)
         versions["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
+        torch_backends["portkern:torch"] = get_backend("torch", "cpu")
+        if not args.no_compile:
+            torch_backends["portkern:torch_compile"] = get_backend("torch_compile", "cpu")
     if not args.no_jax:
         import jax
 
@@ -420,25 +482,31 @@ def main() -> None:
             count = items(op, a)
             cases: dict[str, Case] = dict(numpy_cases(op, a))
             if not args.no_torch:
-                cases.update(with_one_thread(torch_cases(op, a)))
+                pk = {name: public_case(b, op, a) for name, b in torch_backends.items()}
+                both = {**torch_cases(op, a), **pk}
+                cases.update(both if args.torch_threads is not None else with_one_thread(both))
             if not args.no_jax:
                 cases.update(jax_cases(op, a))
             chosen, sweeps = {}, {}
             for name, b in backends.items():
-                run, result = opencl_case(b, op, a)
+                cases[name] = public_case(b, op, a)  # the backend's own defaults, as a user gets them
+                run, result = opencl_op_case(b, op, a)
                 knobs, sweeps[name] = sweep(b, op, run, a, args.sweep_repeats)
                 chosen[name] = knobs
-                cases[name] = (with_knobs(b, knobs, run), result)
-            agreement = {}
+                cases[name + INTERNAL] = (with_knobs(b, knobs, run), result)
+            agreement, first_call = {}, {}
             for name, (run, result) in cases.items():
-                run()
+                t0 = time.perf_counter()
+                run()  # also torch_compile's compilation and jit's tracing, kept out of the timed rounds
+                first_call[name] = time.perf_counter() - t0
                 agreement[name] = check(name, result(), want)
             timed = rounds({k: v[0] for k, v in cases.items()}, args.repeats)
             row = {
                 "op": op, "shape": [t, n], "items": count, "unit": "rows" if op == "gather" else "elements",
                 "items_per_s_wall": {k: rates(count, v["wall"]) for k, v in timed.items()},
                 "items_per_s_cpu": {k: rates(count, v["cpu"]) for k, v in timed.items()},
-                "seconds": timed, "check": agreement, "opencl_knobs": chosen, "opencl_sweep": sweeps,
+                "seconds": timed, "check": agreement, "first_call_s": first_call, "opencl_knobs": chosen,
+                "opencl_sweep": sweeps,
             }  # fmt: skip
             row["verdict"] = verdict(row)
             results.append(row)
@@ -448,17 +516,24 @@ def main() -> None:
             gc.collect()
     load["end"] = os.getloadavg()
     payload = {
-        "benchmark": "rollout-buffer ops: portkern opencl (every CPU driver) and numpy vs PyTorch and JAX",
-        "machine": dict(machine_info(list(backends.values())), peers=versions, loadavg=load),
+        "benchmark": "rollout-buffer ops: portkern's public calls (opencl on every CPU driver, torch, "
+        "torch_compile) and the OpenCL backend op vs NumPy, PyTorch and JAX",
+        "machine": dict(machine_info([*backends.values(), *torch_backends.values()]), peers=versions,
+                        loadavg=load),
         "settings": {
             "gamma": GAMMA,
             "lam": LAM,
             "eps": EPS,
             "repeats": args.repeats,
+            "torch_threads": args.torch_threads if args.torch_threads is not None
+            else "torch's default, each row also on one thread (@1t)",
             "sweep_repeats": args.sweep_repeats,
             "gather_row_len": FEATURES,
             "dtype": "float32",
             "flags": "bool inputs; peers convert them inside the timed call",
+            "portkern_rows": "opencl:<driver>, portkern:<backend>: the public portkern.buffer call (checks, "
+            "outputs from the per-op buffer, no out=), default knobs; '<name>" + INTERNAL + "': the backend "
+            "op alone with preallocated outputs and the swept knobs (internal, not what a user gets)",
             "sweep": {op: SWEEP[op] for op in OPS},
         },
         "results": results,
@@ -467,57 +542,76 @@ def main() -> None:
     print_table(console, results, path)
 
 
+def ratio(row: dict, name: str, other: str, basis: str) -> dict[str, Any]:
+    """``name``'s rate over ``other``'s: the ratio of medians and the min-max of the per-round ratios (the
+    two ran in the same round, so load drift cancels). "above" / "below": every round's ratio is over /
+    under 1; "within noise" otherwise (docs/ARCHITECTURE.md: a ratio whose interval straddles 1 is never
+    a winner)."""
+    r, secs = row[f"items_per_s_{basis}"], row["seconds"]
+    per_round = sorted(p / o for o, p in zip(secs[name][basis], secs[other][basis]))  # rates: times inverted
+    lo, hi = per_round[0], per_round[-1]
+    return {"against": other, "ratio_of_medians": r[name]["median"] / r[other]["median"],
+            "per_round_ratio": {"median": statistics.median(per_round), "min": lo, "max": hi},
+            "result": "above" if lo > 1 else "below" if hi < 1 else "within noise"}  # fmt: skip
+
+
+def idiomatic_torch(op: str) -> str:
+    """The torch peer a torch user writes: the CleanRL loop for the scans, the one-liner otherwise."""
+    return "torch_loop" if op in ("gae", "discounted_returns") else "torch"
+
+
 def verdict(row: dict) -> dict[str, Any]:
-    """Per OpenCL case and time basis: the fastest peer (by median), the ratio of medians, and the
-    min-max of the per-round ratios (the two ran in the same round, back to back, so load drift
-    cancels). "above" / "below": every round's ratio is over / under 1; "within noise" otherwise
-    (docs/ARCHITECTURE.md: a ratio whose interval straddles 1 is never a winner)."""
+    """Per portkern row and time basis: against the fastest peer (by median); the torch rows also
+    against the idiomatic torch peer on the same threads, and torch_compile against eager."""
     out: dict[str, Any] = {}
+    names = list(row["items_per_s_wall"])
+    peers = [k for k in names if not is_portkern(k)]
     for basis in ("wall", "cpu"):
         r = row[f"items_per_s_{basis}"]
-        secs = {k: v[basis] for k, v in row["seconds"].items()}
-        peers = [k for k in r if not k.startswith("opencl:")]
-        best = max(peers, key=lambda k: r[k]["median"])
-        for name in r:
-            if not name.startswith("opencl:"):
+        best = max(peers, key=lambda k: r[k]["median"]) if peers else None
+        for name in names:
+            if not is_portkern(name):
                 continue
-            per_round = sorted(
-                p / o for o, p in zip(secs[name], secs[best])
-            )  # rate ratio = time ratio inverted
-            lo, hi = per_round[0], per_round[-1]
-            out.setdefault(name, {})[basis] = {
-                "fastest_peer": best, "ratio_of_medians": r[name]["median"] / r[best]["median"],
-                "per_round_ratio": {"median": statistics.median(per_round), "min": lo, "max": hi},
-                "result": "above" if lo > 1 else "below" if hi < 1 else "within noise",
-            }  # fmt: skip
+            v = out.setdefault(name, {})
+            if best is not None:
+                v[basis] = {"fastest_peer": best, **ratio(row, name, best, basis)}
+            suffix = "@1t" if name.endswith("@1t") else ""
+            if name.startswith("portkern:"):
+                for key, other in (("vs_idiomatic_torch", idiomatic_torch(row["op"]) + suffix),
+                                   ("vs_eager", "portkern:torch" + suffix)):  # fmt: skip
+                    if other in r and other != name and (key != "vs_eager" or "torch_compile" in name):
+                        v.setdefault(key, {})[basis] = ratio(row, name, other, basis)
     return out
 
 
 def print_table(console: Console, results: list[dict], path: Any) -> None:
     for basis in ("wall", "cpu"):
         tab = Table(title=f"items/s over {basis} time: median [min-max] of interleaved rounds")
-        names = sorted(
-            {k for r in results for k in r[f"items_per_s_{basis}"]}, key=lambda k: (k.startswith("opencl"), k)
-        )
-        tab.add_column("op")
-        tab.add_column("T x N")
-        for n in names:
-            tab.add_column(n, justify="right")
-        tab.add_column("opencl / fastest peer: ratio of medians [per-round min-max]", justify="right")
+        names = sorted({k for r in results for k in r[f"items_per_s_{basis}"]},
+                       key=lambda k: (is_portkern(k), k))  # fmt: skip
+        tab.add_column("case")
         for r in results:
+            tab.add_column(f"{r['op']} {r['shape'][0]}x{r['shape'][1]}", justify="right")
+        for n in names:
             cells = []
-            for n in names:
+            for r in results:
                 v = r[f"items_per_s_{basis}"].get(n)
                 cells.append(f"{v['median']:.3g} [{v['min']:.2g}-{v['max']:.2g}]" if v else "-")
-            ver = "; ".join(
-                f"{k.split(':')[1]} {v[basis]['ratio_of_medians']:.2f}x "
-                f"[{v[basis]['per_round_ratio']['min']:.2f}-{v[basis]['per_round_ratio']['max']:.2f}] "
-                f"vs {v[basis]['fastest_peer']} ({v[basis]['result']})" for k, v in r["verdict"].items()
-            )  # fmt: skip
-            tab.add_row(r["op"], f"{r['shape'][0]}x{r['shape'][1]}", *cells, ver)
+            tab.add_row(n, *cells)
         console.print(tab)
+        console.print(f"portkern rows, {basis} time: ratio of medians [per-round min-max]")
+        for r in results:
+            for name, v in r["verdict"].items():
+                parts = [v[basis]] if basis in v else []
+                parts += [v[k][basis] for k in ("vs_idiomatic_torch", "vs_eager") if k in v]
+                line = "; ".join(f"{c['ratio_of_medians']:.2f}x [{c['per_round_ratio']['min']:.2f}-"
+                                 f"{c['per_round_ratio']['max']:.2f}] vs {c['against']} ({c['result']})"
+                                 for c in parts)  # fmt: skip
+                console.print(f"  {r['op']} {r['shape'][0]}x{r['shape'][1]} {name}: {line}")
     for r in results:
-        console.print(f"{r['op']} {r['shape'][0]}x{r['shape'][1]} knobs: {r['opencl_knobs']}")
+        if r["opencl_knobs"]:
+            shape = f"{r['shape'][0]}x{r['shape'][1]}"
+            console.print(f"{r['op']} {shape} swept knobs (internal rows): {r['opencl_knobs']}")
     console.print(f"wrote {path}")
 
 

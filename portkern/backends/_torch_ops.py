@@ -199,47 +199,112 @@ def sample_actions(kind: int, spec: EnvSpec, obs, flat, hidden: int, seed: Word,
 # ---- rollout buffer ops ([T, N], time-major) ----------------------------------------------------
 # Scalars (gamma, gamma * lam, eps) come already rounded to the buffers' precision, as the
 # reference's T(gamma): a Python float holding a float32 value is then exact in every product.
+#
+# The scans in two steps: the whole-array terms first (deltas and coefficients over all of [T, N]),
+# then the recursion, one multiply and one add per row, in place: the CleanRL loop with 2 ops per
+# row instead of 7 and nothing allocated. Not torch.addcmul, which is one op but fuses into an FMA
+# on CPU, so not the reference's rounding. Masks become coefficients, ``gamma * notterminal``
+# (gamma or 0): x * (gamma or 0) rounds as the reference's (gamma * x) * (1 or 0), NaN and inf
+# included. The terms come in two forms: eager (``*_terms``), written with ``out=`` into the outputs
+# and the caller's scratch, because a fresh [T, N] temporary costs more than computing it (its
+# first-touch page faults); and functional (``*_fused``), which torch.compile fuses into one
+# kernel writing the outputs (used where that kernel is the faster: torch_compile.py). The
+# recursion stays eager in both: Inductor's code for the unrolled loop of T rows ran 3x slower
+# than these row ops at 128 x 65,536 float32 (one thread).
+def scan_rows(acc, coef, scratch) -> None:
+    """``acc_t += coef_t * acc_{t+1}`` for t = T-2 .. 0, in place (``scratch``: one row)."""
+    rows, coefs = acc.unbind(0), coef.unbind(0)
+    for t in range(len(rows) - 2, -1, -1):
+        torch.mul(coefs[t], rows[t + 1], out=scratch)
+        rows[t].add_(scratch)
+
+
+def gae_terms(rewards, values, next_values, terminated, truncated, delta, coef, gamma: float,
+              gamma_lam: float, done) -> None:  # fmt: skip
+    """delta = r + (gamma * nv) * notterminal - v and coef = gamma_lam * notdone, written with out=
+    (``done``: [T, N] bool scratch)."""
+    zero = rewards.new_zeros(())
+    torch.where(terminated, zero, rewards.new_tensor(gamma), out=coef)
+    torch.mul(next_values, coef, out=delta)
+    delta.add_(rewards).sub_(values)
+    torch.logical_or(terminated, truncated, out=done)
+    torch.where(done, zero, rewards.new_tensor(gamma_lam), out=coef)
+
+
+def gae_terms_fused(rewards, values, next_values, terminated, truncated, delta, coef, gamma: float,
+                    gamma_lam: float) -> None:  # fmt: skip
+    """:func:`gae_terms` as one expression per output, for torch.compile."""
+    delta.copy_(rewards + next_values * ((~terminated).to(rewards.dtype) * gamma) - values)
+    coef.copy_((~(terminated | truncated)).to(rewards.dtype) * gamma_lam)
+
+
 def gae(rewards, values, next_values, terminated, truncated, advantages, returns, gamma: float,
-        gamma_lam: float) -> None:  # fmt: skip
-    """``numpy.gae``: the same operations in the same order, the per-step terms vectorised over T."""
-    nonterminal = (~terminated).to(rewards.dtype)
-    notdone = (~(terminated | truncated)).to(rewards.dtype)
-    delta = rewards + gamma * next_values * nonterminal - values
-    coef = gamma_lam * notdone
-    last = torch.zeros_like(rewards[0])
-    # The trace, collected and stacked once: T slice writes would each be a full-buffer scatter
-    # after torch.compile's functionalisation; one stack fuses into the loop's single kernel.
-    trace = []
-    for t in range(rewards.shape[0] - 1, -1, -1):
-        last = delta[t] + coef[t] * last
-        trace.append(last)
-    advantages.copy_(torch.stack(trace[::-1]))
+        gamma_lam: float, coef, done) -> None:  # fmt: skip
+    """``numpy.gae`` (same operations, same rounding), in place; ``coef`` ([T, N], rewards' dtype)
+    and ``done`` ([T, N] bool) are scratch."""
+    gae_terms(rewards, values, next_values, terminated, truncated, advantages, coef, gamma, gamma_lam, done)
+    scan_rows(advantages, coef, returns[0])  # A_t = delta_t + coef_t * A_{t+1}; the last row is delta
     torch.add(advantages, values, out=returns)
 
 
-def discounted_returns(rewards, terminated, truncated, bootstrap, out, gamma: float) -> None:
-    """``numpy.discounted_returns``; a [T, N] bootstrap is each step's final-obs value (used where truncated)."""
+def discounted_returns_coef(terminated, truncated, coef, gamma: float, done) -> None:
+    """coef = gamma where neither terminated nor truncated, else 0, written with out= (``done``: scratch)."""
+    torch.logical_or(terminated, truncated, out=done)
+    torch.where(done, coef.new_zeros(()), coef.new_tensor(gamma), out=coef)
+
+
+def discounted_returns_own_fused(rewards, terminated, truncated, bootstrap, out, gamma: float) -> None:
+    """For torch.compile, with a [T, N] bootstrap: ``out`` = each step's own term, as
+    :func:`discounted_returns_scan` writes it (one kernel for its 4 eager passes)."""
+    gnt = torch.where(terminated, 0.0, torch.full_like(rewards, gamma))  # gamma or 0, in rewards' dtype
+    out.copy_(torch.where(truncated, rewards + bootstrap * gnt, rewards))
+
+
+def discounted_returns_scan(rewards, terminated, truncated, bootstrap, out, gamma: float, coef,
+                            own_written: bool = False) -> None:  # fmt: skip
+    """The rest of :func:`discounted_returns` once ``coef`` is written: each step's own term (unless
+    ``own_written``: out holds them already), then the rows.
+
+    The reference's ``r_t + (gamma * next) * nonterminal_t``, with ``next`` the running return, or 0
+    (or the step's own bootstrap) where truncated: the carried term is ``coef_t * out_{t+1}`` (0 where
+    terminated or truncated), added to the step's own term: a truncated step's bootstrap term with a
+    [T, N] bootstrap, the reward otherwise.
+    """
     steps = rewards.shape[0]
+    zero, g = rewards.new_zeros(()), rewards.new_tensor(gamma)
     per_step = bootstrap.dim() == 2
-    nonterminal = (~terminated).to(rewards.dtype)
-    running = torch.zeros_like(rewards[0])
-    trace = []  # stacked once, as in gae
-    for t in range(steps - 1, -1, -1):
-        if per_step:
-            nxt = bootstrap[t] if t == steps - 1 else torch.where(truncated[t], bootstrap[t], running)
-        else:
-            nxt = bootstrap if t == steps - 1 else torch.where(truncated[t], torch.zeros_like(running), running)
-        running = rewards[t] + gamma * nxt * nonterminal[t]
-        trace.append(running)
-    out.copy_(torch.stack(trace[::-1]))
+    if per_step and not own_written:  # own term: r + boot * (gamma or 0) where truncated, r elsewhere
+        torch.where(terminated, zero, g, out=out)
+        out.mul_(bootstrap).add_(rewards)
+        torch.where(truncated, out, rewards, out=out)
+    # the last step always bootstraps: r + (gamma * bootstrap) * nonterminal
+    last = bootstrap[-1] if per_step else bootstrap
+    torch.mul(last, torch.where(terminated[-1], zero, g), out=out[-1])
+    out[-1].add_(rewards[-1])
+    if per_step:  # out holds the own terms
+        scan_rows(out, coef, torch.empty_like(out[0]))
+        return
+    rows, coefs, own = out.unbind(0), coef.unbind(0), rewards.unbind(0)
+    for t in range(steps - 2, -1, -1):  # scan_rows, the reward added straight from rewards
+        torch.mul(coefs[t], rows[t + 1], out=rows[t])
+        rows[t].add_(own[t])
 
 
-def normalize(x, out, eps: float, acc_dtype: torch.dtype) -> None:
-    """``numpy.normalize``: mean and population std accumulated in ``acc_dtype`` (float64 where the device has it)."""
-    xa = x.to(acc_dtype)
-    mean = xa.mean()
-    std = torch.sqrt(torch.mean(torch.square(xa - mean)))
-    out.copy_((x - mean.to(x.dtype)) / (std.to(x.dtype) + eps))
+def discounted_returns(rewards, terminated, truncated, bootstrap, out, gamma: float, coef, done) -> None:
+    """``numpy.discounted_returns`` (same rounding), in place; a [T, N] bootstrap is each step's final-obs
+    value (used where truncated). ``coef`` ([T, N], rewards' dtype) and ``done`` ([T, N] bool) are scratch."""
+    discounted_returns_coef(terminated, truncated, coef, gamma, done)
+    discounted_returns_scan(rewards, terminated, truncated, bootstrap, out, gamma, coef)
+
+
+def normalize(x, out, eps: float, acc_dtype: torch.dtype | None) -> None:
+    """``numpy.normalize``: mean and population std of x cast to ``acc_dtype``, or (None) of x itself,
+    in ATen's all-element reductions (a float32 x on CPU: the mean a cascade sum, the variance
+    accumulated in float64 around it). ``out`` may be x: the statistics come first."""
+    xa = x if acc_dtype is None else x.to(acc_dtype)
+    mean, std = xa.mean(), xa.std(correction=0)
+    torch.sub(x, mean.to(x.dtype), out=out)
+    out.div_(std.to(x.dtype) + eps)
 
 
 def gather(x, indices, out) -> None:

@@ -1,5 +1,10 @@
-"""The suite's cases made ready to time: step kernels, buffer ops, rollouts (rollouts.py) and the device copy
-that measures the bandwidth ceiling; inputs made and uploaded beforehand, one launch per ``run``."""
+"""The suite's cases made ready to time: env steps, buffer ops, rollouts (rollouts.py) and the device copy
+that measures the bandwidth ceiling; inputs made and uploaded beforehand, one public call per ``run``.
+
+Each ``run`` is the call a user makes, ``env.step(actions)``, ``portkern.buffer.gae(...)`` (argument
+checks, outputs from the backend's per-op buffer) or ``env.rollout(...)``, never the backend op behind
+it: a ratio between backends is then the one a user gets. The backend ops with preallocated outputs
+(the kernels alone) are timed by bench/cpu/buffer_peers.py, as rows of their own."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import buffer
 from ...backends import Backend, get_backend
 from ...envs import ENVS
 from ...step import make
@@ -35,18 +41,14 @@ def _host_actions(env_id: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
-    spec = ENVS[env_id]
     env = make(env_id, n, backend=b, seed=SEED)
     rng = np.random.default_rng(SEED)
     acts = [_host_actions(env_id, n, rng) for _ in range(PARITY_STEPS)]
     dev_acts = b.from_host(acts[0])
     env.reset()
-    # Timed: the backend's step kernel itself. VectorEnv.step also range-checks device actions
-    # (a reduction and a host read per call), which is API overhead, not the kernel.
-    bufs, params = env._bufs, env._param_vector
 
-    def run() -> None:
-        b.env_step(spec, bufs, dev_acts, params, env.seed, spec.max_episode_steps, env.autoreset)
+    def run() -> None:  # the public step, its range check of device actions included
+        env.step(dev_acts)
 
     def check() -> Parity:
         ref = make(env_id, n, backend="numpy", seed=SEED)
@@ -63,15 +65,15 @@ def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
 
 
 def _buffer_case(kernel: str, size: int, rng: np.random.Generator):
-    """Host inputs, output (shape, dtype)s, the contract call, and the compulsory bytes of one buffer op."""
+    """Host inputs, the public call ``call(backend, inputs) -> outputs`` (portkern.buffer as a user calls
+    it: no ``out=``), the compulsory bytes of one call, and the case's shape."""
     f32 = np.float32
     if kernel == "gather":
         m = size
         x = rng.standard_normal((m, GATHER_FEATURES)).astype(f32)
         idx = rng.permutation(m).astype(np.int32)  # one epoch of minibatches: every row once
-        return [x, idx], [((m, GATHER_FEATURES), f32)], lambda b, i, o: b.gather(i[0], i[1], o[0]), m * (
-            4 + 2 * 4 * GATHER_FEATURES
-        ), (m, GATHER_FEATURES)
+        call = lambda b, i: (buffer.gather(i[0], i[1], backend=b),)  # noqa: E731
+        return [x, idx], call, m * (4 + 2 * 4 * GATHER_FEATURES), (m, GATHER_FEATURES)
     t, n = BUFFER_T, max(1, size // BUFFER_T)
     shape = (t, n)
 
@@ -80,32 +82,33 @@ def _buffer_case(kernel: str, size: int, rng: np.random.Generator):
 
     if kernel == "gae":
         ins = [rng.standard_normal(shape).astype(f32) for _ in range(3)] + [flags(0.02), flags(0.01)]
-        call = lambda b, i, o: b.gae(*i, o[0], o[1], GAMMA, LAM)  # noqa: E731
-        return ins, [(shape, f32)] * 2, call, t * n * 22, shape
+        call = lambda b, i: buffer.gae(*i, gamma=GAMMA, lam=LAM, backend=b)  # noqa: E731
+        return ins, call, t * n * 22, shape
     if kernel == "discounted_returns":
         ins = [rng.standard_normal(shape).astype(f32), flags(0.02), flags(0.01), rng.standard_normal(n).astype(f32)]
-        call = lambda b, i, o: b.discounted_returns(*i, o[0], GAMMA)  # noqa: E731
-        return ins, [(shape, f32)], call, t * n * 10 + 4 * n, shape
+        call = lambda b, i: (buffer.discounted_returns(*i, gamma=GAMMA, backend=b),)  # noqa: E731
+        return ins, call, t * n * 10 + 4 * n, shape
     if kernel == "normalize":
         ins = [(3.0 * rng.standard_normal(shape) + 1.5).astype(f32)]
-        return ins, [(shape, f32)], lambda b, i, o: b.normalize(i[0], o[0], EPS), t * n * 8, shape
+        call = lambda b, i: (buffer.normalize(i[0], EPS, backend=b),)  # noqa: E731
+        return ins, call, t * n * 8, shape
     raise ValueError(f"kernel: unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
 
 
 def _prepare_buffer(b: Backend, kernel: str, size: int) -> Prepared:
-    ins, outs, call, nbytes, shape = _buffer_case(kernel, size, np.random.default_rng(SEED))
+    ins, call, nbytes, shape = _buffer_case(kernel, size, np.random.default_rng(SEED))
     dev_ins = [b.from_host(a) for a in ins]
-    dev_outs = [b.zeros(s, np.dtype(d)) for s, d in outs]
     ref = get_backend("numpy")
 
     def run() -> None:
-        call(b, dev_ins, dev_outs)
+        call(b, dev_ins)
 
     def check() -> Parity:
-        run()
-        want = [np.zeros(s, d) for s, d in outs]
-        call(ref, ins, want)
-        return _compare([(f"out{j}", b.to_host(g), w) for j, (g, w) in enumerate(zip(dev_outs, want))])
+        # Host copies first: the results are the backend's per-op buffers (the numpy reference's,
+        # when b is the numpy backend), which the reference call below writes again.
+        got = [np.array(b.to_host(g)) for g in call(b, dev_ins)]
+        want = [np.array(w) for w in call(ref, ins)]
+        return _compare([(f"out{j}", g, w) for j, (g, w) in enumerate(zip(got, want))])
 
     items = int(np.prod(shape[:1])) if kernel == "gather" else int(np.prod(shape))
     return Prepared(run, check, items, nbytes, "rows" if kernel == "gather" else "elements", shape)
@@ -113,7 +116,7 @@ def _prepare_buffer(b: Backend, kernel: str, size: int) -> Prepared:
 
 def prepare(b: Backend, kernel: str, size: int, config: dict[str, Any] | None = None,
             steps: int = ROLLOUT_T) -> Prepared:  # fmt: skip
-    """Inputs made and uploaded beforehand; ``run`` is one launch of the kernel under test.
+    """Inputs made and uploaded beforehand; ``run`` is one public call of the case under test.
 
     ``config``'s case knobs (``steps_per_launch``) and ``steps`` (a rollout's T) concern rollouts only.
     """
