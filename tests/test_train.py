@@ -28,6 +28,15 @@ SMOKE_STACKS = ["gymnasium", "numpy", "opencl@pocl", "opencl@intel", "opencl+fus
                 "jax", "torch+compiled-update"]
 
 
+def eager(stack: str) -> str:
+    """``stack`` with the eager PPO update (its label stays ``stack``): smoke runs about the stacks, not the
+    update, skip compiling it (tests/test_train_compiled_update.py runs the compiled one)."""
+    if "update" in stack or stack == "jax":
+        return stack
+    name, at, device = stack.partition("@")
+    return f"{name}+eager-update{at}{device}"
+
+
 # ---- the config file ---------------------------------------------------------------------------------
 def test_shipped_config_pins_the_issue_tasks_and_targets() -> None:
     tasks = config.load()
@@ -100,15 +109,16 @@ def test_compiled_update_suffix_keeps_the_stack_and_names_it() -> None:
     s = parse_stack("opencl+fused+compiled-update@pocl")
     assert (s.backend, s.mode, s.device, s.compiled_update) == ("opencl", "fused", "pocl", True)
     assert s.label == "opencl+fused+compiled-update@pocl"
-    assert not parse_stack("torch").compiled_update
+    assert not parse_stack("torch+eager-update").compiled_update
     with pytest.raises(ValueError, match="applies to the torch-agent stacks"):
         parse_stack("jax+compiled-update")
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_compiled_loss_gradient_equals_the_eager_one(env_id: str) -> None:
-    """The compiled minibatch step's gradient is the eager path's (same loss), to float32 rounding."""
-    from portkern.train.ppo import CompiledLoss
+    """The functional gradient the compiled minibatch step traces is the eager path's (same loss), to float32
+    rounding (tests/test_train_compiled_update.py checks the compiled step itself)."""
+    from portkern.train.ppo import CompiledUpdate
 
     spec = envs.get(env_id)
     cfg = config.task(env_id).ppo
@@ -121,7 +131,7 @@ def test_compiled_loss_gradient_equals_the_eager_one(env_id: str) -> None:
         actions, old_logp, _, old_v = agent.act(obs)
     old_logp = old_logp + 0.1 * torch.randn(b, generator=g)  # ratios away from 1: the clips matter
     adv, ret = torch.randn(b, generator=g), torch.randn(b, generator=g)
-    compiled = CompiledLoss(agent, cfg)
+    compiled = CompiledUpdate(agent, cfg)
     named = dict(agent.named_parameters())
     grads, stats = compiled.grad({n: named[n].detach() for n in compiled.names}, obs, actions, old_logp, old_v, adv, ret)
     _, newlogp, entropy, newv = agent.act(obs, actions)
@@ -154,7 +164,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("train") / "smoke.json"
     argv = ["train", "--task", "CartPole-v1", "--updates", "3", "--seeds", "1", "--no-progress", "--out", str(out)]
     for s in SMOKE_STACKS:
-        argv += ["--stack", s]
+        argv += ["--stack", eager(s)]
     assert main(argv) == 0
     return json.loads(out.read_text())
 
@@ -250,7 +260,7 @@ def test_fused_sampling_matches_recomputed_log_probs() -> None:
 def test_interrupted_run_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     calls = stop_on_second_run(monkeypatch)
     out = tmp_path / "run.json"
-    argv = ["train", "--task", "CartPole-v1", "--stack", "numpy", "--updates", "1", "--seeds", "1,2",
+    argv = ["train", "--task", "CartPole-v1", "--stack", "numpy+eager-update", "--updates", "1", "--seeds", "1,2",
             "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(argv) == 130
     assert calls["n"] == 2

@@ -20,7 +20,7 @@ from portkern.train import runner  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The smoke grid: the numpy stack, 3 PPO updates per run (seconds each), several seeds.
-GRID = ["train", "--task", "CartPole-v1", "--stack", "numpy", "--updates", "3", "--no-progress"]
+GRID = ["train", "--task", "CartPole-v1", "--stack", "numpy+eager-update", "--updates", "3", "--no-progress"]
 
 
 def _runs(path: Path) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from contextlib import contextmanager
@@ -31,6 +32,9 @@ UPDATE_PARTS = {
     "gather": "minibatch gather (indexing the flattened rollout by a shuffled permutation)",
     "normalize": "per-minibatch advantage normalisation",
 }
+#: A run's ``update_parts_note`` where the update is compiled: its parts are fused into the update, not timed.
+COMPILED_PARTS_NOTE = ("fused: the compiled update gathers and normalises inside its one call per minibatch, so "
+                       "update_parts are not timed apart (0); 'update' holds them")  # fmt: skip
 
 
 class PhaseTimer:
@@ -128,83 +132,189 @@ def torch_gae(
     return adv, adv + values
 
 
-#: (obs_dim, n_actions, hidden, config, device) -> the compiled gradient function (see CompiledLoss).
+def make_optimizer(agent: Agent, cfg: PPOConfig) -> torch.optim.Adam:
+    """CleanRL's optimizer: Adam at the config's lr with eps 1e-5 (the runner anneals its lr per update)."""
+    return torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
+
+
+def functional_loss(agent: Agent, cfg: PPOConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The minibatch loss of :func:`ppo_update`'s eager path as a function of a ``{name: tensor}`` parameter dict
+    (``torch.func.functional_call`` into ``agent``'s modules): ``loss(params, obs, actions, old_logp, old_v,
+    mb_adv, mb_ret) -> (loss, stats)``, stats = ``[pg, v, entropy, approx_kl]`` detached."""
+    from torch.func import functional_call
+
+    def loss(params, obs, actions, old_logp, old_v, mb_adv, mb_ret):
+        out = functional_call(agent.actor, {k[6:]: v for k, v in params.items() if k.startswith("actor.")}, (obs,))
+        value = functional_call(agent.critic, {k[7:]: v for k, v in params.items() if k.startswith("critic.")},
+                                (obs,)).squeeze(-1)  # fmt: skip
+        if agent.discrete:
+            logp_all = torch.log_softmax(out, -1)
+            newlogp = logp_all.gather(1, actions.long()[:, None]).squeeze(1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+        else:
+            log_std = params["log_std"]
+            mean = out.squeeze(-1)
+            newlogp = -((actions - mean) ** 2) / (2 * torch.exp(2 * log_std)) - log_std - 0.5 * math.log(2 * math.pi)
+            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(mean)
+        ratio = (newlogp - old_logp).exp()
+        pg = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        if cfg.clip_vloss:
+            v_clipped = old_v + torch.clamp(value - old_v, -cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((value - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((value - mb_ret) ** 2).mean()
+        ent = entropy.mean()
+        logratio = newlogp - old_logp
+        stats = torch.stack([pg, v_loss, ent, ((ratio - 1) - logratio).mean()]).detach()
+        return pg - cfg.ent_coef * ent + v_loss * cfg.vf_coef, stats
+
+    return loss
+
+
+def _minibatch_step(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, betas: tuple[float, float],
+                    eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                    exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
+                    b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
+                    b_adv: torch.Tensor, b_ret: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """One PPO minibatch as a function that :class:`CompiledUpdate` compiles whole: gather rows ``perm`` of the
+    flattened rollout, normalise the advantages, loss and gradient (``grad_fn``), clip the gradient norm as
+    ``nn.utils.clip_grad_norm_`` does, and an Adam step as ``torch.optim.Adam`` takes it, updating ``params``,
+    ``exp_avg``, ``exp_avg_sq`` and ``steps`` (the optimizer's per-parameter step counts) in place; the loss
+    stats."""
+    obs, actions, old_logp = b_obs[perm], b_actions[perm], b_logp[perm]
+    old_v, mb_adv, mb_ret = b_values[perm], b_adv[perm], b_ret[perm]
+    if cfg.norm_adv:
+        mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+    grads, stats = grad_fn(dict(zip(names, params)), obs, actions, old_logp, old_v, mb_adv, mb_ret)
+    grads = [grads[n] for n in names]
+    # nn.utils.clip_grad_norm_: the 2-norm of the per-tensor 2-norms, scale min(max_norm / (norm + 1e-6), 1).
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2) for g in grads]), 2)
+    scale = torch.clamp(cfg.max_grad_norm / (total + 1e-6), max=1.0)
+    beta1, beta2 = betas
+    # torch.optim.Adam's single-tensor step, with the step count and lr as tensors so neither recompiles (the
+    # parameters step together: the first one's count is every one's).
+    for s in steps:
+        s += 1
+    step_size = lr / (1 - beta1 ** steps[0])
+    bias_correction2_sqrt = (1 - beta2 ** steps[0]).sqrt()
+    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+        g = g * scale
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        p.sub_(step_size * m / (v.sqrt() / bias_correction2_sqrt + eps))
+    return stats
+
+
+#: (obs_dim, n_actions, hidden, config, Adam betas and eps, device) -> the compiled minibatch step.
 _COMPILED: dict = {}
+#: The keys of _COMPILED whose graph has been compiled (called once).
+_WARM: set = set()
 
 
-class CompiledLoss:
-    """The minibatch loss and its gradient as one compiled graph: ``torch.func.grad`` over the agent's
-    parameters, traced and compiled by ``torch.compile`` (forward, loss and backward fused by Inductor), so a
-    minibatch step is one compiled call instead of dozens of eager ops. The same loss as :func:`ppo_update`'s
-    eager path; the optimizer step and the grad-norm clip stay PyTorch's own (they are one foreach op each).
+class CompiledUpdate:
+    """A PPO minibatch as one ``torch.compile`` call: gather, advantage normalisation, loss, gradient
+    (``torch.func.grad``), grad-norm clip and the Adam step (:func:`_minibatch_step`), so a minibatch costs one
+    compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size. The
+    parameters and the Adam state are the agent's and the ``torch.optim.Adam``'s own tensors, updated in place:
+    the optimizer's state and ``lr`` (read at every step, a tensor in the graph, so annealing does not
+    recompile) stay the truth, and the eager path could take over at any step. On CUDA it is compiled with
+    ``mode="reduce-overhead"``, CUDA graphs where torch.compile can apply them (it may decline for a graph that
+    updates its inputs in place, and then runs the plain compiled one). Untested: the development machine has
+    no GPU.
     """
 
     def __init__(self, agent: Agent, cfg: PPOConfig) -> None:
         self.agent, self.cfg = agent, cfg
+        named = dict(agent.named_parameters())
         self.names = [n for n, p in agent.named_parameters() if p.requires_grad]
-        n_out = agent.actor[-1].out_features
-        key = (agent.actor[0].in_features, n_out if agent.discrete else None, agent.actor[0].out_features, cfg,
-               str(next(agent.parameters()).device))  # fmt: skip
-        # One compiled graph per shape and config in the process, around a template agent (functional_call
-        # swaps in every parameter, so the template's own weights never matter): Dynamo would otherwise
-        # recompile for each run's agent and fall back to eager after its recompile limit.
+        self.params = [named[n] for n in self.names]
+        #: The parameters' storage as plain tensors (the compiled step updates them in place, outside autograd).
+        self.data = [p.detach() for p in self.params]
+        #: The gradient of the loss as a functional transform (what the compiled step traces), uncompiled.
+        self.grad = _grad_fn(agent, cfg)
+        self.device = self.params[0].device
+        self.lr = torch.zeros((), device=self.device)  # the optimizer's lr, copied in when it changes
+        self._lr_value: float | None = None
+
+    def _compiled(self, optimizer: torch.optim.Optimizer) -> tuple[tuple, Callable[..., torch.Tensor]]:
+        group = optimizer.param_groups[0]
+        if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1 or group["amsgrad"] \
+                or group["weight_decay"] or group["maximize"]:  # fmt: skip
+            raise ValueError("optimizer: the compiled update takes the eager path's torch.optim.Adam (one parameter "
+                             "group, no weight decay, amsgrad or maximize)")  # fmt: skip
+        betas, eps = tuple(float(b) for b in group["betas"]), float(group["eps"])
+        a = self.agent
+        n_out = a.actor[-1].out_features
+        key = (a.actor[0].in_features, n_out if a.discrete else None, a.actor[0].out_features, self.cfg, betas, eps,
+               str(self.device))  # fmt: skip
+        # One compiled step per shape and config in the process, around a template agent (functional_call swaps
+        # in every parameter, so the template's own weights never matter): Dynamo would otherwise recompile for
+        # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
-            template = Agent(key[0], key[1], key[2]).to(key[4])
-            _COMPILED[key] = self._build(template, cfg)
-        self.grad = _COMPILED[key]
+            template = Agent(key[0], key[1], key[2]).to(self.device)
+            fn = functools.partial(_minibatch_step, _grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas,
+                                   eps)  # fmt: skip
+            mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs: one launch a step
+            _COMPILED[key] = torch.compile(fn, dynamic=False, mode=mode)
+        return key, _COMPILED[key]
 
-    def warm_up(self, batch: int) -> None:
-        """Compile now (setup), on a zero minibatch of ``batch`` rows, rather than in the first timed update."""
-        named = dict(self.agent.named_parameters())
-        dev = next(self.agent.parameters()).device
-        def z() -> torch.Tensor:  # a separate tensor per argument: Dynamo guards on aliasing between them
-            return torch.zeros(batch, device=dev)
+    def _state(self, optimizer: torch.optim.Optimizer) -> tuple[list, list, list]:
+        """The Adam moments and step counts, created as ``torch.optim.Adam`` creates them at its first step, but
+        the counts on the parameters' device (as its ``capturable`` mode keeps them: a CUDA graph cannot read a
+        host scalar)."""
+        state = optimizer.state
+        for p in self.params:
+            st = state[p]
+            if not st:
+                st["step"] = torch.zeros((), dtype=torch.float32, device=self.device)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif st["step"].device != self.device:
+                st["step"] = st["step"].to(self.device)
+        return ([state[p]["exp_avg"] for p in self.params], [state[p]["exp_avg_sq"] for p in self.params],
+                [state[p]["step"] for p in self.params])  # fmt: skip
 
-        obs = torch.zeros((batch, self.agent.actor[0].in_features), device=dev)
+    def warm_up(self, optimizer: torch.optim.Optimizer, batch: int) -> None:
+        """Compile now (setup), on a zero rollout of ``batch`` rows and copies of the parameters and state, rather
+        than in the first timed update; the agent and ``optimizer`` are left as they were."""
+        key, fn = self._compiled(optimizer)
+        dev, d = self.device, self.agent.actor[0].in_features
+        mb = batch // self.cfg.num_minibatches
+        def z(*shape: int) -> torch.Tensor:  # a separate tensor per argument: Dynamo guards on aliasing between them
+            return torch.zeros(shape or (batch,), device=dev)
+
+        params = [p.detach().clone() for p in self.params]
         actions = torch.zeros(batch, dtype=torch.long, device=dev) if self.agent.discrete else z()
-        self.grad({n: named[n].detach() for n in self.names}, obs, actions, z(), z(), z(), z())
+        perm = torch.arange(batch, device=dev)
+        with torch.no_grad():
+            fn(params, [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
+               [torch.zeros((), device=dev) for _ in params], torch.zeros((), device=dev), z(batch, d), actions, z(),
+               z(), z(), z(), perm[mb : 2 * mb])  # fmt: skip
+        _WARM.add(key)
 
-    @staticmethod
-    def _build(agent: Agent, cfg: PPOConfig):
-        from torch.func import functional_call, grad
-
-        def loss(params, obs, actions, old_logp, old_v, mb_adv, mb_ret):
-            out = functional_call(agent.actor, {k[6:]: v for k, v in params.items() if k.startswith("actor.")}, (obs,))
-            value = functional_call(agent.critic, {k[7:]: v for k, v in params.items() if k.startswith("critic.")},
-                                    (obs,)).squeeze(-1)  # fmt: skip
-            if agent.discrete:
-                logp_all = torch.log_softmax(out, -1)
-                newlogp = logp_all.gather(1, actions.long()[:, None]).squeeze(1)
-                entropy = -(logp_all.exp() * logp_all).sum(-1)
-            else:
-                log_std = params["log_std"]
-                mean = out.squeeze(-1)
-                newlogp = -((actions - mean) ** 2) / (2 * torch.exp(2 * log_std)) - log_std - 0.5 * math.log(2 * math.pi)
-                entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(mean)
-            ratio = (newlogp - old_logp).exp()
-            pg = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-            if cfg.clip_vloss:
-                v_clipped = old_v + torch.clamp(value - old_v, -cfg.clip_coef, cfg.clip_coef)
-                v_loss = 0.5 * torch.max((value - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean()
-            else:
-                v_loss = 0.5 * ((value - mb_ret) ** 2).mean()
-            ent = entropy.mean()
-            logratio = newlogp - old_logp
-            stats = torch.stack([pg, v_loss, ent, ((ratio - 1) - logratio).mean()]).detach()
-            return pg - cfg.ent_coef * ent + v_loss * cfg.vf_coef, stats
-
-        return torch.compile(grad(loss, has_aux=True), dynamic=False)
-
-    def step(self, optimizer: torch.optim.Optimizer, *batch: torch.Tensor) -> torch.Tensor:
-        """One minibatch: compiled loss and gradient, then the grad-norm clip and the optimizer step."""
-        named = dict(self.agent.named_parameters())
-        params = {n: named[n].detach() for n in self.names}
-        grads, stats = self.grad(params, *batch)
-        for n in self.names:
-            named[n].grad = grads[n]
-        nn.utils.clip_grad_norm_([named[n] for n in self.names], self.cfg.max_grad_norm)
-        optimizer.step()
+    def step(self, optimizer: torch.optim.Optimizer, *rollout: torch.Tensor) -> torch.Tensor:
+        """One minibatch (``rollout``: the six flattened rollout tensors, then the minibatch's row indices) at the
+        optimizer's current lr; the loss stats ``[pg, v, entropy, approx_kl]``."""
+        key, fn = self._compiled(optimizer)
+        lr = float(optimizer.param_groups[0]["lr"])
+        if lr != self._lr_value:  # annealed once per update: one fill, then 15 minibatches reuse it
+            self.lr.fill_(lr)
+            self._lr_value = lr
+        exp_avg, exp_avg_sq, steps = self._state(optimizer)
+        # Once compiled, Dynamo's guards (on some 50 tensor arguments) cost as much as a fifth of a call at this
+        # size and are skipped: the one graph per key covers every call (the key fixes the shapes and dtypes, the
+        # rollout rows are contiguous), and a call that would need another graph raises instead.
+        stance = torch.compiler.set_stance(skip_guard_eval_unsafe=key in _WARM)
+        with torch.no_grad(), stance:
+            stats = fn(self.data, exp_avg, exp_avg_sq, steps, self.lr, *rollout)
+        _WARM.add(key)
         return stats
+
+
+def _grad_fn(agent: Agent, cfg: PPOConfig) -> Callable[..., Any]:
+    from torch.func import grad
+
+    return grad(functional_loss(agent, cfg), has_aux=True)
 
 
 def ppo_update(
@@ -218,28 +328,27 @@ def ppo_update(
     b_values: torch.Tensor,
     b_advantages: torch.Tensor,
     b_returns: torch.Tensor,
-    compiled: CompiledLoss | None = None,
+    compiled: CompiledUpdate | None = None,
 ) -> tuple[float, float, float, float]:
     """CleanRL's clipped-objective epochs over shuffled minibatches: ``(pg, v, entropy, approx_kl)``; with
-    ``compiled``, each minibatch's loss and backward are that one compiled graph (gather and normalisation
-    stay timed apart, as on the eager path)."""
+    ``compiled``, each minibatch (gather and normalisation included, so the update parts are not timed apart)
+    is that one compiled call, on the same permutations as the eager path draws."""
     batch_size = b_obs.shape[0]
     minibatch = batch_size // cfg.num_minibatches
     pg_loss = v_loss = entropy_loss = approx_kl = torch.zeros(())
     for _ in range(cfg.update_epochs):
         perm = torch.randperm(batch_size, device=b_obs.device)
+        if compiled is not None:
+            for start in range(0, batch_size, minibatch):
+                stats = compiled.step(optimizer, b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns,
+                                      perm[start : start + minibatch])  # fmt: skip
+            pg_loss, v_loss, entropy_loss, approx_kl = stats.unbind(0)
+            continue
         for start in range(0, batch_size, minibatch):
             with timer.part("gather"):
                 mb = perm[start : start + minibatch]
                 obs, actions, old_logp = b_obs[mb], b_actions[mb], b_logprobs[mb]
                 old_v, mb_adv, mb_ret = b_values[mb], b_advantages[mb], b_returns[mb]
-            if compiled is not None:
-                if cfg.norm_adv:
-                    with timer.part("normalize"):
-                        mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                stats = compiled.step(optimizer, obs, actions, old_logp, old_v, mb_adv, mb_ret)
-                pg_loss, v_loss, entropy_loss, approx_kl = stats.unbind(0)
-                continue
             _, newlogprob, entropy, newvalue = agent.act(obs, actions)
             logratio = newlogprob - old_logp
             ratio = logratio.exp()

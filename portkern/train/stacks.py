@@ -10,10 +10,15 @@
 * ``jax`` -- PPO itself in JAX (:mod:`portkern.train.jax_ppo`): rollout scan, GAE scan and every epoch and
   minibatch each one compiled program, PureJaxRL's design, on the jax backend's physics.
 
-A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Any stack with the
-PyTorch agent takes the suffix ``+compiled-update`` (``torch+compiled-update``, ``opencl+fused+compiled-update@pocl``):
-each PPO minibatch's loss and backward run as one ``torch.compile`` graph (:class:`ppo.CompiledLoss`) instead of
-eager ops; without it the update is eager, so a report shows what compiling the update buys.
+A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with the
+PyTorch agent (all but ``jax``) runs each PPO minibatch as one ``torch.compile`` call (:class:`ppo.CompiledUpdate`:
+gather, advantage normalisation, loss, gradient, clip and Adam); the suffix ``+eager-update``
+(``torch+eager-update``, ``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report
+shows what compiling the update buys. ``+compiled-update`` names the default explicitly (older commands used it).
+
+The stack names in a training file say which update ran: a compiled update's stack is labelled
+``NAME+compiled-update[@DEVICE]``, an eager one's ``NAME[@DEVICE]``, as in every file written while the eager
+update was the default (so those files' stacks and the new eager ones stay one stack in a report).
 """
 
 from __future__ import annotations
@@ -31,44 +36,49 @@ from .config import TaskConfig
 from .ppo import Agent, PhaseTimer, torch_gae
 
 TORCH_BACKENDS = ("torch", "torch_compile")
-#: Stack-name suffix: the PPO update's loss and backward compiled (torch.compile); without it, eager.
+#: Stack-name suffixes: the PPO update compiled (the default of every torch-agent stack), or eager.
 COMPILED_UPDATE = "+compiled-update"
+EAGER_UPDATE = "+eager-update"
 
 
 @dataclasses.dataclass(frozen=True)
 class StackSpec:
-    name: str  # as written, without the device: "gymnasium", "opencl", "opencl+fused", "torch"
+    name: str  # without the update suffix and the device: "gymnasium", "opencl", "opencl+fused", "torch"
     backend: str | None  # None for gymnasium
     mode: str  # "host-sim", "step", "fused", "resident"
     device: str | None = None
-    compiled_update: bool = False  # NAME ends with +compiled-update
+    compiled_update: bool = False  # the PPO update as one compiled call per minibatch (ppo.CompiledUpdate)
 
     @property
     def label(self) -> str:
-        return self.name + (f"@{self.device}" if self.device else "")
+        """The stack's name in training files: ``+compiled-update`` where the update was compiled."""
+        update = COMPILED_UPDATE if self.compiled_update else ""
+        return self.name + update + (f"@{self.device}" if self.device else "")
 
 
 def parse_stack(text: str) -> StackSpec:
-    """``NAME[@DEVICE]``; NAME is ``gymnasium``, a backend, or ``<backend>+fused``."""
+    """``NAME[@DEVICE]``; NAME is ``gymnasium``, a backend, or ``<backend>+fused``, each a torch-agent stack
+    optionally ending in ``+eager-update`` (or ``+compiled-update``, the default said explicitly)."""
     from ..backends import registry
 
     raw = text.strip()
     name, _, device = raw.partition("@")
     name, device = name.strip(), device.strip() or None
-    # "+compiled-update": the PPO minibatch loss and backward as one torch.compile graph (ppo.CompiledLoss);
-    # any torch-agent stack takes it, and the stack's name keeps it so runs with and without compare.
-    core = name[: -len(COMPILED_UPDATE)] if name.endswith(COMPILED_UPDATE) else name
-    if core != name:
-        if core in ("gymnasium", "jax") or not core:
-            raise ValueError(f"--stack {raw!r}: {COMPILED_UPDATE} applies to the torch-agent stacks, not {core!r}")
-        spec = parse_stack(core + (f"@{device}" if device else ""))
-        return dataclasses.replace(spec, name=name, compiled_update=True)
+    for suffix in (COMPILED_UPDATE, EAGER_UPDATE):
+        if name.endswith(suffix):
+            core = name[: -len(suffix)]
+            if core == "jax" or not core:
+                raise ValueError(f"--stack {raw!r}: {suffix} applies to the torch-agent stacks, not {core!r} (the jax "
+                                 f"stack compiles its whole update already)")  # fmt: skip
+            spec = parse_stack(core + (f"@{device}" if device else ""))
+            return dataclasses.replace(spec, compiled_update=suffix == COMPILED_UPDATE)
     known = [n for n in registry.names() if n != "cuda_host"]
-    valid = f"gymnasium, {', '.join(known)}, or <backend>+fused (e.g. opencl+fused), each optionally @DEVICE"
+    valid = (f"gymnasium, {', '.join(known)}, or <backend>+fused (e.g. opencl+fused), each optionally "
+             f"+eager-update and @DEVICE")
     if name == "gymnasium":
         if device:
             raise ValueError(f"--stack {raw!r}: gymnasium runs on the host CPU; it takes no @DEVICE")
-        return StackSpec(name, None, "host-sim")
+        return StackSpec(name, None, "host-sim", compiled_update=True)
     base, plus, suffix = name.partition("+")
     if plus and suffix != "fused":
         raise ValueError(f"--stack {raw!r}: unknown mode {suffix!r}; expected {valid}")
@@ -82,8 +92,8 @@ def parse_stack(text: str) -> StackSpec:
         if plus:
             raise ValueError(f"--stack {raw!r}: the torch backends have no fused kernels (they are the framework "
                              f"stack); use {base!r}")  # fmt: skip
-        return StackSpec(name, base, "resident", device)
-    return StackSpec(name, base, "fused" if plus else "step", device)
+        return StackSpec(name, base, "resident", device, compiled_update=True)
+    return StackSpec(name, base, "fused" if plus else "step", device, compiled_update=True)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,147 @@
+"""The compiled PPO update (ppo.CompiledUpdate), every torch-agent stack's default: the same steps as the eager
+update (gather, normalisation, loss, clip_grad_norm_, torch.optim.Adam) to float32 rounding, the stack names
+that say which update ran, and one compiled smoke run through the CLI.
+
+Every test here compiles one graph, the pinned CartPole-v1 config's, cached per process: the first one pays it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="portkern train needs PyTorch: pip install 'portkern[train]'")
+
+from portkern.cli import main  # noqa: E402
+from portkern.portability.training.files import load_train  # noqa: E402
+from portkern.train import config  # noqa: E402
+from portkern.train.ppo import (COMPILED_PARTS_NOTE, Agent, CompiledUpdate, PhaseTimer, make_optimizer,  # noqa: E402
+                                ppo_update)
+from portkern.train.stacks import parse_stack  # noqa: E402
+
+TASK = config.task("CartPole-v1")
+
+
+def _rollout(agent: Agent, seed: int) -> tuple[torch.Tensor, ...]:
+    """A flattened rollout of the pinned batch: obs, actions, log-probs and values from ``agent``, the log-probs
+    moved off (ratios away from 1: the PPO clip matters), returns large (the grad-norm clip matters)."""
+    g = torch.Generator().manual_seed(seed)
+    n = TASK.ppo.batch_size
+    obs = torch.randn(n, 4, generator=g)
+    with torch.no_grad():
+        actions, logp, _, values = agent.act(obs)
+    return (obs, actions, logp + 0.2 * torch.randn(n, generator=g), values, torch.randn(n, generator=g),
+            10 * torch.randn(n, generator=g))  # fmt: skip
+
+
+def _agent() -> tuple[Agent, torch.optim.Adam]:
+    torch.manual_seed(3)
+    agent = Agent(4, 2, TASK.ppo.hidden)
+    return agent, make_optimizer(agent, TASK.ppo)
+
+
+def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
+    """Three minibatch steps, the lr changed before the third (annealing): parameters, Adam moments and step
+    counts as the eager gather, normalisation, backward, clip_grad_norm_ and torch.optim.Adam leave them."""
+    cfg = TASK.ppo
+    mb = cfg.batch_size // cfg.num_minibatches
+    eager_agent, eager_opt = _agent()
+    agent, opt = _agent()
+    rollout = _rollout(agent, 4)
+    perm = torch.randperm(cfg.batch_size, generator=torch.Generator().manual_seed(5))
+    compiled = CompiledUpdate(agent, cfg)
+    compiled.warm_up(opt, cfg.batch_size)  # as the runner does: the same graph its runs compile
+    assert not opt.state and all(p.grad is None for p in agent.parameters())  # warm-up leaves both untouched
+    norms = []
+    for i in range(3):
+        if i == 2:
+            for o in (eager_opt, opt):
+                o.param_groups[0]["lr"] = 0.25 * cfg.lr
+        idx = perm[i * mb : (i + 1) * mb]
+        obs, actions, old_logp, old_v, adv, ret = (t[idx] for t in rollout)
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        _, newlogp, entropy, newv = eager_agent.act(obs, actions)
+        ratio = (newlogp - old_logp).exp()
+        pg = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        vc = old_v + torch.clamp(newv - old_v, -cfg.clip_coef, cfg.clip_coef)
+        v_loss = 0.5 * torch.max((newv - ret) ** 2, (vc - ret) ** 2).mean()
+        eager_opt.zero_grad()
+        (pg - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(eager_agent.parameters(), cfg.max_grad_norm)))
+        eager_opt.step()
+        stats = compiled.step(opt, *rollout, idx)
+        torch.testing.assert_close(stats[0], pg.detach(), rtol=1e-5, atol=1e-6)
+    assert max(norms) > cfg.max_grad_norm, norms  # the clip scaled at least one step
+    want = dict(eager_agent.named_parameters())
+    for name, p in agent.named_parameters():
+        torch.testing.assert_close(p.detach(), want[name].detach(), rtol=1e-5, atol=1e-7, msg=name)
+        if p.requires_grad:
+            got, ref = opt.state[p], eager_opt.state[want[name]]
+            assert float(got["step"]) == float(ref["step"]) == 3.0
+            torch.testing.assert_close(got["exp_avg"], ref["exp_avg"], rtol=1e-5, atol=1e-8, msg=name)
+            torch.testing.assert_close(got["exp_avg_sq"], ref["exp_avg_sq"], rtol=1e-5, atol=1e-10, msg=name)
+        else:
+            assert p not in opt.state  # CartPole's unused log-std: no state, as the eager Adam keeps none
+
+
+def test_compiled_ppo_update_equals_the_eager_one() -> None:
+    """One whole update (4 epochs x 4 minibatches, the same permutations drawn): the same parameters and losses."""
+    eager_agent, eager_opt = _agent()
+    agent, opt = _agent()
+    rollout = _rollout(agent, 6)
+    torch.manual_seed(7)
+    want = ppo_update(eager_agent, eager_opt, TASK.ppo, PhaseTimer(), *rollout)
+    torch.manual_seed(7)
+    got = ppo_update(agent, opt, TASK.ppo, PhaseTimer(), *rollout, compiled=CompiledUpdate(agent, TASK.ppo))
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    for (name, p), q in zip(agent.named_parameters(), eager_agent.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_compiled_update_takes_only_the_eager_optimizer() -> None:
+    agent, _ = _agent()
+    with pytest.raises(ValueError, match="optimizer: the compiled update takes the eager path's torch.optim.Adam"):
+        CompiledUpdate(agent, TASK.ppo).step(torch.optim.SGD(agent.parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize("text, label, compiled", [
+    ("torch", "torch+compiled-update", True),
+    ("gymnasium", "gymnasium+compiled-update", True),
+    ("opencl+fused@pocl", "opencl+fused+compiled-update@pocl", True),
+    ("opencl+fused+compiled-update@pocl", "opencl+fused+compiled-update@pocl", True),  # the old opt-in: an alias
+    ("opencl+fused+eager-update@pocl", "opencl+fused@pocl", False),  # eager: the name every older file has
+    ("numpy+eager-update", "numpy", False),
+    ("jax", "jax", False),  # its own compiled loop, no torch update
+])  # fmt: skip
+def test_stack_names_say_which_update_ran(text: str, label: str, compiled: bool) -> None:
+    spec = parse_stack(text)
+    assert (spec.label, spec.compiled_update) == (label, compiled)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("jax+eager-update", "+eager-update applies to the torch-agent stacks, not 'jax'"),
+    ("+compiled-update", "+compiled-update applies to the torch-agent stacks, not ''"),
+    ("opencl+eager-update+fused", "unknown mode 'eager-update+fused'"),
+])  # fmt: skip
+def test_bad_update_suffixes(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=None) as exc:
+        parse_stack(text)
+    assert message in str(exc.value)
+
+
+def test_compiled_smoke_run_on_a_fused_stack(tmp_path: Path) -> None:
+    """The default (compiled) update on a fused OpenCL stack through the CLI: named, noted, finite, readable."""
+    out = tmp_path / "smoke.json"
+    argv = ["train", "--task", "CartPole-v1", "--stack", "opencl+fused@pocl", "--updates", "3", "--seeds", "1",
+            "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    doc = load_train(out)  # the report's reader takes the new fields
+    (r,) = doc["runs"]
+    assert r["stack"] == "opencl+fused+compiled-update@pocl" and r["update"] == "compiled"
+    assert r["update_parts_note"] == COMPILED_PARTS_NOTE and set(r["update_parts"].values()) == {0.0}
+    assert r["updates"] == 3 and r["losses_finite"] and all(math.isfinite(x) for x in r["losses"].values())
+    assert r["phases"]["update"] > 0 and 0 <= r["untimed_s"] <= 0.05 * r["wall_s"]
+    assert set(doc["prime_s"]["CartPole-v1"]) == {"opencl+fused+compiled-update@pocl"}
+    assert json.loads(out.read_text())["runs"][0]["update"] == "compiled"
