@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import statistics
 import sys
@@ -46,6 +47,11 @@ def register(sub: Any) -> None:
                    help="run the grid on Ray (pip install 'portkern[ray]'): no ADDRESS starts a local Ray for the "
                         "run; an ADDRESS (ray://host:10001, host:6379 or auto) joins an existing cluster. One run "
                         "per piece of hardware at a time: a GPU, or --cores-per-run cores of a CPU")
+    p.add_argument("--parallel-seeds", type=int, default=1, metavar="K",
+                   help="train K seeds at once on one device (the jax stack: vmap over seeds, PureJaxRL's way), the "
+                        "seeds in batches of K consecutive ones; each run's device_seconds_per_policy is then its "
+                        "batch's wall time / the batch's converged policies (default 1: one seed at a time). On a "
+                        "CPU the K seeds spread over its cores (JAX started with one CPU device per core)")
     p.add_argument("--cores-per-run", type=int, default=None, metavar="K",
                    help="with --ray: the CPU cores each run reserves for itself (pinned, disjoint; default 1)")
     p.set_defaults(func=cmd_train)
@@ -99,13 +105,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ImportError:
         raise RuntimeError("portkern train needs PyTorch: pip install 'portkern[train]' (a CPU build is enough)") from None
     from . import config
-    from .runner import Interrupted, train_many
+    from .runner import Interrupted, check_parallel, train_many
 
     if args.machine is not None:
         if not args.machine.strip() or "/" in args.machine:
             raise ValueError(f"--machine {args.machine!r}: expected a non-empty name without '/'")
-        import os
-
         os.environ["PORTKERN_MACHINE"] = args.machine.strip()
 
     tasks_all = config.load(args.config)
@@ -127,10 +131,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.updates is not None:
             t = config.task(name, args.config, **overrides, total_timesteps=args.updates * t.ppo.batch_size)
         tasks.append(t)
+    if args.parallel_seeds > 1:
+        # Before anything starts JAX (the backend probes below do): one XLA CPU device per core this process
+        # may use, so that K seeds on a CPU spread over its cores (on a GPU the seeds share the one device).
+        from .jax_batch import spread_cpu_devices
+
+        spread_cpu_devices(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     stacks, skipped = _stacks(args.stack)
     if not stacks:
         raise ValueError("no stack can run here: " + "; ".join(skipped))
     seeds = _seeds(args.seeds)
+    check_parallel(stacks, seeds, args.parallel_seeds)
+    if args.parallel_seeds > 1 and args.ray is not None:
+        raise ValueError(f"--parallel-seeds {args.parallel_seeds}: not with --ray (a Ray grid runs one seed per piece "
+                         "of hardware)")  # fmt: skip
     out = Path(args.out)
     grid = None
     if args.cores_per_run is not None and args.ray is None:
@@ -142,12 +156,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                        1 if args.cores_per_run is None else args.cores_per_run, stacks)  # fmt: skip
     for line in skipped:
         print(f"skipped stack {line}", file=sys.stderr)
+    at_once = f", {args.parallel_seeds} seeds at once" if args.parallel_seeds > 1 else ""
     print(f"portkern train: {len(tasks)} task(s) x {len(stacks)} stack(s) x {len(seeds)} seed(s) = "
-          f"{len(tasks) * len(stacks) * len(seeds)} runs -> {out}", file=sys.stderr)  # fmt: skip
+          f"{len(tasks) * len(stacks) * len(seeds)} runs{at_once} -> {out}", file=sys.stderr)  # fmt: skip
     command = "portkern train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["train"] else ""
     try:
         doc = train_many(tasks, stacks, seeds, out, args.config or "portkern/data/train_configs.json",
-                         command=command, progress=not args.no_progress, resume=args.resume, grid=grid)  # fmt: skip
+                         command=command, progress=not args.no_progress, resume=args.resume, grid=grid,
+                         parallel_seeds=args.parallel_seeds)  # fmt: skip
     except Interrupted as exc:
         print(f"portkern train: {exc}", file=sys.stderr)
         return 130
@@ -159,14 +175,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def summary(doc: dict[str, Any]) -> str:
-    """A line per (task, stack): converged seeds, median device-seconds per converged policy, steps, steps/s."""
+    """A line per (task, stack): converged seeds, median device-seconds per converged policy (a K-seed batch's
+    share, device_seconds_per_policy, where the run has one), steps, steps/s."""
     rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in doc["runs"]:
         rows.setdefault((r["task"], r["stack"]), []).append(r)
     lines = [f"{'task':<14} {'stack':<22} {'converged':>9} {'H (device-s)':>14} {'env steps':>10} {'steps/s':>9}"]
     for (task, stack), rs in rows.items():
         ok = [r for r in rs if r["converged"]]
-        h = statistics.median(r["wall_s"] for r in ok) if ok else math.nan
+        h = statistics.median(r.get("device_seconds_per_policy") or r["wall_s"] for r in ok) if ok else math.nan
         steps = statistics.median(r["steps_to_converge"] for r in ok) if ok else math.nan
         sps = statistics.median(r["steps_per_s"] for r in rs)
         lines.append(f"{task:<14} {stack:<22} {len(ok):>4} of {len(rs):<2} {h:>14.1f} {steps:>10,.0f} {sps:>9,.0f}")

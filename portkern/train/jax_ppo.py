@@ -22,6 +22,12 @@ scalars ("other"), so the stack is ``resident`` (no data movement phase).
 
 Compilation happens in setup (``compile_s``), once per process and shape: :func:`prime` runs it
 before the timed runs, as for every other stack.
+
+**Many policies per device** (``portkern train --parallel-seeds K``: jax_batch.py, ``train_batch``): K seeds train at
+once, PureJaxRL's way, with the state stacked on a leading seed axis and one ``vmap``-ed program per chunk of
+updates (a ``lax.scan`` over whole updates, the four stages fused), so per chunk there is one dispatch and one
+host read. Every update's ring of finished returns comes out of the scan, so each seed's converged update is
+the one the single-seed loop would find, not an estimate; what the records say is ``jax_batch.PARALLEL_NOTE``.
 """
 
 from __future__ import annotations
@@ -320,14 +326,13 @@ def _timed_update(p: dict[str, Callable], state: dict, lr: Any, timer: Any) -> t
 @lru_cache(maxsize=None)
 def _result_class(base: type) -> type:
     """The runner's record class (passed in: this module must not import the runner, which imports it)
-    plus this stack's two fields."""
+    plus where this stack's phases are."""
 
     @dataclass
     class JaxRunResult(base):
         """A runner record plus where this stack's phases are (see :data:`PHASE_NOTE`)."""
 
         phase_note: str = PHASE_NOTE
-        device_seconds_per_policy: float | None = None
 
     return JaxRunResult
 
@@ -397,71 +402,4 @@ def train_one(task: TaskConfig, spec: Any, seed: int, on_update: Callable[[int, 
     return result, identity
 
 
-
-
-# ---- many policies per device: K seeds in one program (vmap), as PureJaxRL trains seeds ---------------
-@lru_cache(maxsize=None)
-def vmapped_programs(st: Static) -> dict[str, Callable]:
-    """The four stages mapped over a leading seed axis (one program each for K seeds)."""
-    jax = _jax()
-    return {"rollout": jax.jit(jax.vmap(partial(rollout, st))),
-            "bootstrap": jax.jit(jax.vmap(partial(bootstrap, st))),
-            "advantages": jax.jit(jax.vmap(partial(advantages, st))),
-            "update": jax.jit(jax.vmap(partial(update, st), in_axes=(0, 0, 0, 0, None)))}  # fmt: skip
-
-
-def train_parallel(task: TaskConfig, seeds: list[int], device: str | None = None) -> dict[str, Any]:
-    """Train ``len(seeds)`` policies at once on one device until every one converged (or the budget ran out).
-
-    Returns per seed the update and wall seconds (from the shared start, setup included) at which it
-    converged, the batch's wall time and phases, and ``device_seconds_per_policy``: the batch's wall
-    time over its converged policies (a converged seed keeps training until the last one converges:
-    that work is part of the bill).
-    """
-    from ..backends.registry import get_backend
-    from .ppo import PhaseTimer
-
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds: expected distinct seeds, got {seeds!r}")
-    jax = _jax()
-    cfg, st, k = task.ppo, Static.of(task), len(seeds)
-    timer = PhaseTimer()
-    t_start = time.perf_counter()
-    with timer("setup"):
-        b = get_backend("jax", device)
-        p = vmapped_programs(st)
-        states = [init_state(st, s) for s in seeds]
-        state = jax.device_put(jax.tree_util.tree_map(lambda *xs: jax.numpy.stack(xs), *states), b.device)
-        # Compile (cached per process and K) on a copy, so the timed updates below start from the same state.
-        t0 = time.perf_counter()
-        s2, out = p["rollout"](state)
-        nv = p["bootstrap"](s2["params"], out["store"]["final_obs"])
-        adv, ret = p["advantages"](out["store"], nv)
-        jax.block_until_ready(p["update"](s2, out["store"], adv, ret, np.float32(cfg.lr)))
-        compile_s = time.perf_counter() - t0
-    w = cfg.solve_window
-    converged_at: dict[int, tuple[int, float]] = {}
-    update_i = 0
-    for update_i in range(1, task.num_updates + 1):
-        lr = np.float32(cfg.lr * (1.0 - (update_i - 1.0) / task.num_updates) if cfg.anneal_lr else cfg.lr)
-        state, out, losses = _timed_update(p, state, lr, timer)
-        with timer("other"):
-            total, ring = jax.device_get((state["finished"], state["ring"]))
-            elapsed = time.perf_counter() - t_start
-            for i, seed in enumerate(seeds):
-                if seed not in converged_at and int(total[i]) >= w and float(np.mean(ring[i])) >= task.target:
-                    converged_at[seed] = (update_i, elapsed)
-        if len(converged_at) == k or elapsed >= task.max_seconds:
-            break
-    wall = time.perf_counter() - t_start
-    n_conv = len(converged_at)
-    return {"task": task.env_id, "stack": "jax", "parallel_seeds": k, "seeds": list(seeds), "updates": update_i,
-            "wall_s": round(wall, 6), "compile_s": round(compile_s, 6),
-            "phases": {kk: round(v, 6) for kk, v in timer.seconds.items()},
-            "converged": {str(s): {"update": u, "wall_s": round(t, 6)} for s, (u, t) in converged_at.items()},
-            "device_seconds_per_policy": round(wall / n_conv, 6) if n_conv else None,
-            "device": b.describe()}  # fmt: skip
-
-
-__all__ = ["PHASE_NOTE", "Static", "compile_all", "init_state", "programs", "train_one", "train_parallel",
-           "vmapped_programs"]
+__all__ = ["PHASE_NOTE", "Static", "compile_all", "init_state", "programs", "train_one"]

@@ -18,15 +18,17 @@ import torch
 from .. import __version__
 from ..identity import cpu_model, machine_label
 from .config import TRAIN_SCHEMA, TaskConfig
-from .ppo import (PHASES, UPDATE_PARTS, Agent, CompiledLoss, PhaseTimer, finished_returns, ppo_update,
-                  record_update, window_mean)
+from .ppo import (COMPILED_PARTS_NOTE, PHASES, UPDATE_PARTS, Agent, CompiledUpdate, PhaseTimer, finished_returns,
+                  make_optimizer, ppo_update, record_update, window_mean)
 from .stacks import Stack, StackSpec, Storage, build
 
 DEVICE_HOUR = (
     "device-hours per converged policy = wall-clock seconds from the start of setup (env build, kernel "
     "compile, model init) to the end of the update at which the policy converged, / 3600, with the device "
     "held by the run for all of it. On a GPU the device is one GPU; on a CPU it is the whole processor (every "
-    "core of the machine: the env backend and PyTorch may use any of them), whatever the run's core use."
+    "core of the machine: the env backend and PyTorch may use any of them), whatever the run's core use. K seeds "
+    "trained at once on one device (--parallel-seeds K): the batch's wall-clock seconds, start of setup to the "
+    "end of the chunk in which its last seed converged, / its converged policies, / 3600."
 )
 #: Untimed gaps between phases may not exceed this share of the wall time (tests hold runs to it).
 UNTIMED_TOLERANCE = 0.05
@@ -60,6 +62,16 @@ class RunResult:
     losses_finite: bool
     #: Per update: [update, env steps, wall s, mean return of the last solve_window episodes, of this update's episodes]
     curve: list[list[float]] = field(default_factory=list)
+    #: Device seconds per converged policy: the run's own wall time (a single-seed run that converged), or its
+    #: batch's wall time / the batch's converged policies (K seeds at once); None for an unconverged run.
+    device_seconds_per_policy: float | None = None
+    #: Seeds sharing the device at once with this run (itself included): 1, or K of --parallel-seeds K.
+    parallel_seeds: int = 1
+    #: The PPO update that ran: "compiled" (one torch.compile call per minibatch) or "eager"; None where the run
+    #: is not the torch instrument's (the jax stack compiles its own whole loop).
+    update: str | None = None
+    #: Where update_parts are not timed apart, why (a compiled update gathers and normalises inside its call).
+    update_parts_note: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -88,10 +100,10 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
             compile_before = _compile_seconds(stack)
             device = stack.agent_device
             agent = Agent(stack.obs_dim, stack.n_actions, cfg.hidden).to(device)
-            optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
-            compiled = CompiledLoss(agent, cfg) if spec.compiled_update else None
+            optimizer = make_optimizer(agent, cfg)
+            compiled = CompiledUpdate(agent, cfg) if spec.compiled_update else None
             if compiled is not None:
-                compiled.warm_up(cfg.batch_size // cfg.num_minibatches)  # compiled once per process (prime)
+                compiled.warm_up(optimizer, cfg.batch_size)  # compiled once per process (prime): a call here
             T, N, D = cfg.num_steps, cfg.num_envs, stack.obs_dim
             store = Storage.zeros(T, N, D, stack.discrete, device)
             stack.warm_up(agent)
@@ -143,6 +155,9 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
         untimed_s=round(wall - sum(timer.seconds.values()), 6), compile_s=round(compile_s, 6),
         losses=dict(zip(("pg", "v", "entropy", "approx_kl"), losses)),
         losses_finite=all(math.isfinite(x) for x in losses), curve=curve,
+        device_seconds_per_policy=round(wall, 6) if converged else None,
+        update="compiled" if compiled is not None else "eager",
+        update_parts_note=COMPILED_PARTS_NOTE if compiled is not None else None,
     )  # fmt: skip
     return result, identity
 
@@ -162,8 +177,8 @@ def prime(task: TaskConfig, spec: StackSpec) -> float:
         stack.setup()
         agent = Agent(stack.obs_dim, stack.n_actions, task.ppo.hidden).to(stack.agent_device)
         stack.warm_up(agent)
-        if spec.compiled_update:  # the update's compiled loss graph, cached per process like the kernels
-            CompiledLoss(agent, task.ppo).warm_up(task.ppo.batch_size // task.ppo.num_minibatches)
+        if spec.compiled_update:  # the update's compiled minibatch step, cached per process like the kernels
+            CompiledUpdate(agent, task.ppo).warm_up(make_optimizer(agent, task.ppo), task.ppo.batch_size)
     finally:
         stack.close()
     return time.perf_counter() - t0
@@ -200,13 +215,20 @@ class Interrupted(RuntimeError):
 
 #: What H is per, when every run holds the whole machine (the serial default).
 WHOLE_MACHINE = "the whole processor (every core of the machine), or one GPU, held by one run at a time"
+#: ... and when K seeds train at once (--parallel-seeds K).
+WHOLE_MACHINE_BATCH = ("the whole processor (every core of the machine), or one GPU, held by one batch of K seeds "
+                       "at a time, its wall time shared by the batch's converged policies")
+#: Stacks that train K seeds at once on one device (--parallel-seeds K): jax (vmap over seeds).
+PARALLEL_STACKS = ("jax",)
 
 
 def grid_identity(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int],
-                  config_source: str, unit: str) -> dict[str, Any]:  # fmt: skip
+                  config_source: str, unit: str, parallel_seeds: int = 1) -> dict[str, Any]:  # fmt: skip
     """What a resume must find unchanged: the pinned task configs, stacks, seeds, the unit H is per, the code
-    revision and the machine (a run from another machine or another commit is another measurement)."""
-    return {
+    revision and the machine (a run from another machine or another commit is another measurement), and K
+    when seeds train K at once."""
+    extra = {"parallel_seeds": parallel_seeds} if parallel_seeds > 1 else {}
+    return {**extra,
         "config": {"source": config_source, "tasks": {t.env_id: t.as_dict() for t in tasks}},
         "stacks": [s.label for s in stacks], "seeds": list(seeds), "unit": unit,
         "code_revision": code_revision(),
@@ -216,6 +238,29 @@ def grid_identity(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seed
 
 def run_key(task: TaskConfig, spec: StackSpec, seed: int) -> list[Any]:
     return ["run", task.env_id, spec.label, seed]
+
+
+def batch_key(task: TaskConfig, spec: StackSpec, seeds: Sequence[int]) -> list[Any]:
+    """The journal key of K seeds trained at once: one journal unit (the batch's records are written together,
+    and a resume reruns an unfinished batch whole)."""
+    return ["batch", task.env_id, spec.label, *seeds]
+
+
+def check_parallel(stacks: Sequence[StackSpec], seeds: Sequence[int], k: int) -> None:
+    """Refuse a K the grid cannot run: a stack that trains one seed at a time, or seeds that do not split into
+    batches of K."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"--parallel-seeds: expected an integer >= 1, got {k!r}")
+    if k == 1:
+        return
+    bad = [s.label for s in stacks if s.backend not in PARALLEL_STACKS]
+    if bad:
+        raise ValueError(f"--parallel-seeds {k}: only the {', '.join(PARALLEL_STACKS)} stack trains several seeds at "
+                         f"once on one device (vmap over seeds); not {', '.join(bad)}: run those without "
+                         "--parallel-seeds, in a grid of their own")  # fmt: skip
+    if len(seeds) % k:
+        raise ValueError(f"--parallel-seeds {k}: {len(seeds)} seed(s) do not split into batches of {k}; give a "
+                         f"multiple of {k} seeds")  # fmt: skip
 
 
 def local_schedule(start: float, end: float, hardware_key: str) -> dict[str, Any]:
@@ -235,13 +280,14 @@ def _iso(t: float) -> str:
 
 def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int], out: Path,
                config_source: str, command: str = "", progress: bool = True, resume: bool = False,
-               grid: Any = None) -> dict[str, Any]:  # fmt: skip
+               grid: Any = None, parallel_seeds: int = 1) -> dict[str, Any]:  # fmt: skip
     """Every (task, seed, stack), seed-major so a shared machine's drift hits every stack alike. Each finished
     run is appended to the journal next to ``out`` (``<out>.journal``) as it finishes; once every run has
     finished the JSON is built from the journal and written to ``out`` atomically, and the journal removed
     (kept when runs failed, so that a resume runs them again). ``resume`` skips the runs the journal holds (after checking it is this grid's: config, code, machine).
     ``grid`` runs the remaining runs elsewhere (a :class:`portkern.train.ray_grid.RayGrid`); default: here,
-    one after another."""
+    one after another. ``parallel_seeds`` K > 1 trains the seeds K at once on one device (jax only), in batches of
+    consecutive seeds, each batch one journal unit."""
     from ..journal import Journal, journal_path, write_json_atomically
 
     out = Path(out)
@@ -249,14 +295,28 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
         raise ValueError(f"--out {out}: is a folder; expected a JSON file path")
     if not out.parent.exists():
         raise ValueError(f"--out {out}: folder {out.parent} does not exist")
+    k = parallel_seeds
+    check_parallel(stacks, seeds, k)
+    if k > 1 and grid is not None:
+        raise ValueError(f"--parallel-seeds {k} with --ray: not supported (a Ray grid runs one seed per piece of "
+                         "hardware); run the batches without --ray")  # fmt: skip
     plan = [(t, s, sd) for t in tasks for sd in seeds for s in stacks]
-    unit = grid.unit if grid is not None else WHOLE_MACHINE
+    unit = grid.unit if grid is not None else WHOLE_MACHINE_BATCH if k > 1 else WHOLE_MACHINE
     journal = Journal.open(
-        journal_path(out), "train", grid_identity(tasks, stacks, seeds, config_source, unit), resume,
+        journal_path(out), "train", grid_identity(tasks, stacks, seeds, config_source, unit, k), resume,
         extra={"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "host": host_info(),
                "command": command},
     )  # fmt: skip
-    todo = [(t, s, sd) for t, s, sd in plan if tuple(run_key(t, s, sd)) not in journal.done]
+    batches = [(t, s, tuple(seeds[i:i + k])) for t in tasks for i in range(0, len(seeds), k) for s in stacks]
+    batch_of = {(t.env_id, s.label, sd): b for b in batches for t, s, sds in [b] for sd in sds}
+
+    def finished(t: TaskConfig, s: StackSpec, sd: int) -> bool:
+        if k > 1:
+            return tuple(batch_key(*batch_of[(t.env_id, s.label, sd)])) in journal.done
+        return tuple(run_key(t, s, sd)) in journal.done
+
+    todo = [(t, s, sd) for t, s, sd in plan if not finished(t, s, sd)]
+    todo_batches = [b for b in batches if k > 1 and tuple(batch_key(*b)) not in journal.done]
     bar = _Progress(len(plan), enabled=progress)
 
     def record(task: TaskConfig, spec: StackSpec, seed: int, run: dict[str, Any], device: dict[str, Any]) -> None:
@@ -272,6 +332,8 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
     try:
         if grid is not None:
             grid.execute(todo, record, record_failed, record_prime, progress=progress)
+        elif todo_batches:
+            _run_batches(todo_batches, len(plan) - len(todo), bar, journal)
         elif todo:
             # Fail fast: every stack still to run builds and compiles before the first run starts.
             pairs = {(t.env_id, s.label): (t, s) for t, s, _ in todo}
@@ -288,7 +350,7 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
                     record(task, spec, seed, run, identity)
                     bar.end_run(result)
     except KeyboardInterrupt:
-        done = sum(tuple(run_key(*p)) in journal.done for p in plan)
+        done = sum(finished(*p) for p in plan)
         if not done:  # nothing to keep: a journal would only make the next plain run ask for --resume
             journal.finish()
             raise Interrupted(f"interrupted before any run finished: nothing written to {out}") from None
@@ -298,7 +360,7 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
         raise Interrupted(f"interrupted after {done} of {len(plan)} runs: nothing written to {out} yet; the "
                           f"finished runs are kept in {journal.path}; finish the rest with {again}") from None
     except BaseException:  # a stack that fails to build, a bad cluster: keep what finished, if anything did
-        if any(tuple(run_key(*p)) in journal.done for p in plan):
+        if any(finished(*p) for p in plan):
             journal.close()
         else:
             journal.finish()
@@ -312,6 +374,42 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
     return doc
 
 
+def _run_batches(batches: Sequence[tuple[TaskConfig, StackSpec, tuple[int, ...]]], skipped: int, bar: _Progress,
+                 journal: Any) -> None:
+    """K seeds at a time on one device (the jax stack's vmap), each batch journaled as one unit once all its
+    records are in: an interrupted batch leaves nothing, and a resume runs it again whole."""
+    from . import jax_batch
+
+    pairs = {(t.env_id, s.label): (t, s, len(sds)) for t, s, sds in batches}
+    for task, spec, k in pairs.values():  # compile each K's chunk program before the first timed batch
+        seconds = jax_batch.prime_parallel(task, k, spec.device)
+        journal.append(["prime", task.env_id, jax_batch.batch_label(spec.label, k)], {"seconds": round(seconds, 4)},
+                       status="note")  # fmt: skip
+    with bar:
+        bar.skip(skipped)
+        for i, (task, spec, seeds) in enumerate(batches):
+            bar.start_run(f"{task.env_id} {jax_batch.batch_label(spec.label, len(seeds))} seeds "
+                          f"{','.join(map(str, seeds))}", i)  # fmt: skip
+            start = time.time()
+            results, identity = jax_batch.train_batch(task, spec, list(seeds), on_update=bar.update,
+                                                    result_class=RunResult)  # fmt: skip
+            schedule = local_schedule(start, time.time(), identity["hardware_key"])
+            runs = [{**r.as_dict(), "schedule": schedule} for r in results]
+            journal.append(batch_key(task, spec, seeds), {"runs": runs, "device": identity})
+            for r in results:
+                bar.end_run(r)
+
+
+def _expand_batches(done: dict[tuple[Any, ...], dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The journal's finished records with every batch's records filed under their own run keys."""
+    out = dict(done)
+    for key, data in done.items():
+        if key[0] == "batch":
+            for run in data["runs"]:
+                out[("run", key[1], key[2], run["seed"])] = {"run": run, "device": data["device"]}
+    return out
+
+
 def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str, Any]],
                    failed: dict[tuple[Any, ...], dict[str, Any]], notes: dict[tuple[Any, ...], dict[str, Any]],
                    tasks: Sequence[TaskConfig],
@@ -322,6 +420,7 @@ def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str,
     runs: list[dict[str, Any]] = []
     devices: dict[str, dict[str, Any]] = {}
     primed: dict[str, dict[str, float]] = {}
+    done = _expand_batches(done)
     for key, data in notes.items():
         if key[0] == "prime":
             primed.setdefault(key[1], {})[key[2]] = data["seconds"]
@@ -332,6 +431,7 @@ def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str,
             devices[rec["device"]["device_key"]] = rec["device"]
     failures = [data for key, data in failed.items() if key[0] == "run" and key not in done]
     host_start = header.get("host") or host_info()
+    k = header["identity"].get("parallel_seeds", 1)
     return {
         "schema": TRAIN_SCHEMA, "portkern_version": __version__, "code_revision": header["identity"]["code_revision"],
         "created": header.get("created"), "command": command,
@@ -340,7 +440,9 @@ def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str,
         "device_hour": DEVICE_HOUR, "unit": header["identity"]["unit"], "phases": PHASES,
         "update_parts": UPDATE_PARTS, "untimed_tolerance": UNTIMED_TOLERANCE,
         "host": {**host_start, "load_avg_end": host_info()["load_avg"]},
-        "order": "seed-major: for each task, every stack runs seed s before any runs seed s+1",
+        "order": "seed-major: for each task, every stack runs seed s before any runs seed s+1" if k == 1 else
+                 f"batch-major: for each task, every stack trains a batch of {k} seeds at once (consecutive seeds "
+                 "of the list) before any trains the next batch",
         "prime_s": primed, "devices": devices, "runs": runs, "failed": failures,
     }  # fmt: skip
 

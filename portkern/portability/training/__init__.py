@@ -18,14 +18,16 @@ from .cost import cost_from_train, select
 from .files import TRAIN_SCHEMA, TrainFileError, is_train_file, load_train
 from .mixes import MIX_EXCLUDED, MIXES_SCHEMA, check_mixes, main, mixes_from_train, read_mixes, source_name
 from .render import (
-    DEFINITIONS, FUSED_NOTE, PLOT_PHASES, SHARE_PHASES, TITLE, finding, markdown, not_converged_text, plot_name,
-    safe_name, table,
+    DEFINITIONS, FUSED_NOTE, PLOT_PHASES, SHARE_PHASES, TITLE, finding, k_table, markdown, not_converged_text,
+    plot_name, safe_name, table,
 )  # fmt: skip
-from .summary import basis, factor, phase_shares, pooled, stack_figures, summarise, throughput_factor
+from .summary import (
+    basis, factor, h_against_k, per_policy_s, phase_shares, pooled, stack_figures, summarise, throughput_factor,
+)  # fmt: skip
 
 __all__ = [
     "DEFINITIONS", "FUSED_NOTE", "MIXES_SCHEMA", "MIX_EXCLUDED", "PLOT_PHASES", "SHARE_PHASES", "TITLE", "TRAIN_SCHEMA",
-    "TrainFileError", "basis", "check_mixes", "cost_from_train", "factor", "finding", "is_train_file", "load_train",
-    "main", "markdown", "mixes_from_train", "not_converged_text", "phase_shares", "plot_name", "pooled",
+    "TrainFileError", "basis", "check_mixes", "cost_from_train", "factor", "finding", "h_against_k", "is_train_file",
+    "k_table", "load_train", "main", "markdown", "mixes_from_train", "not_converged_text", "per_policy_s", "phase_shares", "plot_name", "pooled",
     "read_mixes", "safe_name", "select", "source_name", "stack_figures", "summarise", "table", "throughput_factor",
 ]  # fmt: skip

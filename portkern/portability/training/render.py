@@ -60,9 +60,31 @@ def table(group: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
                  _steps(s["steps_to_converge"]) + _rng(s["steps_to_converge_range"], _steps)]  # fmt: skip
         else:
             h = [not_converged_text(s), "–", "–"]
-        shares = [_pct(s["phase_shares"].get(p)) for p in SHARE_PHASES] + [_pct(s["phase_shares"].get("untimed"))]
+        shares = [_share(s, p) for p in SHARE_PHASES] + [_pct(s["phase_shares"].get("untimed"))]
         rows.append([s["stack"], dev, conv, *h, _steps(s["steps_per_s"]) + _rng(s["steps_per_s_range"], _steps),
                      *shares])  # fmt: skip
+    return header, rows
+
+
+#: Phases a K-seed batch runs fused in one compiled program per chunk of updates (their time is its "fused").
+FUSED_PHASES = ("act", "env", "adv", "update")
+
+
+def _share(s: Mapping[str, Any], phase: str) -> str:
+    """A share cell; a K-seed batch's fused phases say so instead of a 0 they never measured."""
+    if phase in FUSED_PHASES and s["phase_shares"].get("fused"):
+        return "fused"
+    return _pct(s["phase_shares"].get(phase))
+
+
+def k_table(group: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """H per converged policy against K, the seeds sharing the device at once (rows of summary.h_against_k)."""
+    header = ["stack", "K (seeds at once)", "batches", "converged", "H device-s per policy [range]",
+              "vs smallest K", "fused share"]  # fmt: skip
+    rows = [[r["stack"], str(r["k"]), str(r["batches"]), f"{r['converged']} of {r['runs']}",
+             _g(r["H_s"]) + _rng(r["H_s_range"]), "–" if r["vs_smallest_k"] is None else f"{r['vs_smallest_k']:.3g}x",
+             _pct(r["fused_share"]) if r["fused_share"] else "–"]
+            for r in group.get("h_against_k") or []]  # fmt: skip
     return header, rows
 
 
@@ -137,6 +159,12 @@ def markdown(tr: Mapping[str, Any]) -> list[str]:
                            f"**{tf['value']:.3g}x** {tf['slowest']} [{tlo:.3g}–{thi:.3g}x]{tv}.")
         else:
             out.append("No factor between stacks: fewer than two stacks converged here.")
+        if g.get("h_against_k"):
+            out += ["", "H per converged policy against K, the seeds trained at once on the device (`portkern train "
+                    "--parallel-seeds K`): a K-seed batch's H is its wall time / its converged policies (a seed "
+                    "that converged early trains on until the batch ends; an unconverged seed adds time and no "
+                    "policy); its phases run fused, one compiled program per chunk of updates.", ""]
+            out += _md_table(*k_table(g))
         primes = [f"{s['stack']} {s['prime_s']:.3g} s" for s in g["stacks"] if s.get("prime_s") is not None]
         if primes:
             out += ["", "One-off build, compile and warm-up per stack before the runs (untimed by them, not in H): "
@@ -157,4 +185,6 @@ DEFINITIONS = {
     "phase share": "seconds a training run spent in one phase (setup, act, env, adv, update, move, other; each "
                    "timed with a device synchronise) / its wall time; untimed = the gaps between phases. " + FUSED_NOTE,
     "stack factor": "per task and hardware, the slowest converged stack's median H / the fastest's.",
+    "K (parallel seeds)": "seeds trained at once on one device (`portkern train --parallel-seeds K`, stack label "
+                          "NAME/K); their H is the batch's wall time / its converged policies.",
 }  # fmt: skip

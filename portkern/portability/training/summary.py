@@ -40,6 +40,26 @@ def _best_return(runs: Sequence[Mapping[str, Any]]) -> float | None:
     return max(vals) if vals else None
 
 
+def per_policy_s(run: Mapping[str, Any]) -> float:
+    """A converged run's device seconds per converged policy: ``device_seconds_per_policy`` where the run records
+    it (a K-seed batch's wall time / its converged policies), else its own wall time (files from before it)."""
+    v = run.get("device_seconds_per_policy")
+    return float(v) if v is not None else float(run["wall_s"])
+
+
+def parallel_seeds(run: Mapping[str, Any]) -> int:
+    """Seeds that shared the device with ``run`` (1 for files from before --parallel-seeds)."""
+    return int(run.get("parallel_seeds") or 1)
+
+
+def base_stack(run: Mapping[str, Any]) -> str:
+    """The stack label without a K-seed batch's ``/K`` (``jax/8@gpu`` -> ``jax@gpu``)."""
+    k = parallel_seeds(run)
+    name, at, device = run["stack"].partition("@")
+    suffix = f"/{k}"
+    return (name[: -len(suffix)] if k > 1 and name.endswith(suffix) else name) + at + device
+
+
 def _driver(identity: Mapping[str, Any]) -> str:
     return " ".join(x for x in (str(identity.get("platform") or ""), str(identity.get("driver") or "")) if x)
 
@@ -49,7 +69,7 @@ def stack_figures(runs: Sequence[Mapping[str, Any]], devices: Mapping[str, Mappi
     """One stack's figures over its seeds (``runs`` all of one task, stack and hardware)."""
     ok = [r for r in runs if r["converged"]]
     base, basis_name = basis(runs)
-    wall_ok = [r["wall_s"] for r in ok]
+    wall_ok = [per_policy_s(r) for r in ok]
     h_s = _median(wall_ok)
     keys = list(base[0]["phases"])
     first = runs[0]
@@ -77,7 +97,30 @@ def stack_figures(runs: Sequence[Mapping[str, Any]], devices: Mapping[str, Mappi
         "stop_reasons": dict(Counter(r["stop_reason"] for r in runs)),
         "best_return": _best_return(runs),
         "prime_s": None if prime_s is None else prime_s.get(first["stack"]),
+        "parallel_seeds": parallel_seeds(first), "base_stack": base_stack(first),
+        "batches": len({tuple(r.get("batch_seeds") or [r["seed"]]) for r in runs}),
     }  # fmt: skip
+
+
+def h_against_k(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per base stack run with several K (seeds sharing the device at once): a row per K with H per converged
+    policy (median [range] over converged seeds' records), converged seeds, batches, the fused share of the wall
+    time, and H / H at the smallest K; empty when no stack ran with more than one K."""
+    by_base: dict[str, list[Mapping[str, Any]]] = {}
+    for s in stacks:
+        by_base.setdefault(s["base_stack"], []).append(s)
+    out = []
+    for base, ss in by_base.items():
+        if len({s["parallel_seeds"] for s in ss}) < 2:
+            continue
+        ss = sorted(ss, key=lambda s: s["parallel_seeds"])
+        ref = ss[0]["H_s"]
+        for s in ss:
+            out.append({"base_stack": base, "stack": s["stack"], "k": s["parallel_seeds"], "batches": s["batches"],
+                        "runs": s["runs"], "converged": s["converged"], "H_s": s["H_s"], "H_s_range": s["H_s_range"],
+                        "fused_share": s["phase_shares"].get("fused"),
+                        "vs_smallest_k": None if ref is None or s["H_s"] is None else s["H_s"] / ref})  # fmt: skip
+    return out
 
 
 def factor(stacks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -156,7 +199,7 @@ def summarise(docs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
             "task": task, "hardware_key": hw, "hardware_label": ident.get("device_label", hw),
             "kind": ident.get("kind", ""), "target": t.get("target"),
             "solve_window": (t.get("ppo") or {}).get("solve_window"), "stacks": stacks, "factor": factor(stacks),
-            "throughput_factor": throughput_factor(stacks),
+            "throughput_factor": throughput_factor(stacks), "h_against_k": h_against_k(stacks),
             "untimed_over_tolerance": over,
         })  # fmt: skip
     defs = list(dict.fromkeys(doc["device_hour"] for _, doc in docs))
