@@ -27,9 +27,28 @@ def _console():
         return None
 
 
+SIMULATED = "simulator: parity only, never timed"
+
+
+def _simulated_devices(records: Sequence[Any]) -> set[str]:
+    """Device labels that are simulators or correctness harnesses, not hardware (Oclgrind; a backend that
+    is a simulator as a whole, such as cuda_host, says so in its status)."""
+    if not any(r.name == "opencl" and r.available for r in records):
+        return set()
+    from .backends import _opencl_devices
+
+    every = _opencl_devices.device_ids(include_simulators=True).values()
+    return set(every) - set(_opencl_devices.device_ids().values())
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     """Backends and devices found here, with the reason (and the fix) for each missing one."""
     records = backends(refresh=True)
+    sims = _simulated_devices(records)
+
+    def shown(r: Any) -> list[str]:
+        return [f"{d} ({SIMULATED})" if d in sims else d for d in r.devices]
+
     console = _console()
     if console is not None:
         from rich.markup import escape
@@ -45,26 +64,34 @@ def cmd_devices(args: argparse.Namespace) -> int:
             if r.available and r.simulator:
                 status = "[yellow]simulator only[/]"
             # escape: reasons hold pip extras such as 'portkern[cuda]', which rich would read as markup
-            table.add_row(r.name, status, escape("\n".join(r.devices) or "-"), escape(r.reason or ""))
+            table.add_row(r.name, status, escape("\n".join(shown(r)) or "-"), escape(r.reason or ""))
         console.print(table)
     else:
         for r in records:
             state = "available" if r.available else "unavailable"
             if r.available and r.simulator:
                 state = "simulator only"
-            print(f"{r.name:8s} {state:15s} {'; '.join(r.devices) or '-'}  {r.reason}")
+            print(f"{r.name:13s} {state:15s} {'; '.join(shown(r)) or '-'}  {r.reason}")
     if getattr(args, "verbose", False):
-        _print_details(records)
+        _print_details(records, sims)
     return 0
 
 
-def _print_details(records: Sequence[Any]) -> None:
+#: describe_verbose() keys that say the same about every device of a backend (how the OpenCL ICD loader was
+#: pointed at the drivers): printed under the first device only.
+_SHARED_KEYS = ("icd",)
+
+
+def _print_details(records: Sequence[Any], sims: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """``devices --verbose``: every device opened, with what its backend says about it (describe_verbose)."""
+    said: dict[str, str] = {}
     for r in records:
         if not r.available:
             continue
         for dev in r.devices:
             print(f"\n{r.name}: {dev}")
+            if dev in sims:
+                print(f"  {SIMULATED} (its kind is the device it emulates; not in any timing or PP)")
             try:
                 info = get_backend(r.name, None if len(r.devices) == 1 else dev).describe_verbose()
             except Exception as exc:  # noqa: BLE001 - one device that does not open must not hide the others
@@ -73,6 +100,10 @@ def _print_details(records: Sequence[Any]) -> None:
             for key, value in info.items():
                 if key in ("backend", "device"):
                     continue
+                if key in _SHARED_KEYS:
+                    if said.get(key) == str(value):
+                        continue
+                    said[key] = str(value)
                 lines = str(value).splitlines() or [""]
                 print(f"  {key}: {lines[0]}")
                 for line in lines[1:]:
@@ -90,7 +121,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # Without --backend: the real devices only (a simulator would take minutes per env).
     names = [r.name for r in records if args.backend or not r.simulator]
     selected = [get_backend(name, args.device) for name in names]  # every device opened before any output
-    print(f"{'backend':8s} {'env':26s} {'num_envs':>9s} {'steps/s':>14s}")
+    width = max([7, *(len(n) for n in names)])
+    print(f"{'backend':{width}s} {'env':26s} {'num_envs':>9s} {'steps/s':>14s}  device")
     for name, b in zip(names, selected):
         for env_id, spec in ENVS.items():
             env = step.make(env_id, args.num_envs, backend=b, seed=0)
@@ -109,7 +141,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 n += 1
             b.synchronize()
             rate = n * args.num_envs / (time.perf_counter() - t0)
-            print(f"{name:8s} {env_id:26s} {args.num_envs:9d} {rate:14.4g}")
+            print(f"{name:{width}s} {env_id:26s} {args.num_envs:9d} {rate:14.4g}  {b.device_name}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from typing import Any
 
@@ -87,12 +88,35 @@ class NumpyBackend(Backend):
         return {"backend": self.name, "device": self.device_name, "vendor": platform.processor() or "",
                 "numpy": np.__version__}  # fmt: skip
 
+    def memory_limits(self) -> tuple[int | None, int | None] | None:
+        """(None, the host's physical memory): NumPy has no single-allocation limit of its own, and a batch
+        larger than the machine's memory is refused before allocating (VectorEnv), as on a device."""
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # not POSIX: unknown, numpy's own MemoryError stays
+            return None
+        return (None, int(total)) if total > 0 else None
+
     # ---- arrays -------------------------------------------------------------------------------
     def zeros(self, shape, dtype):
-        return np.zeros(shape, dtype=dtype)
+        try:
+            return np.zeros(shape, dtype=dtype)
+        except MemoryError as exc:
+            raise self._allocation_error(exc, shape, dtype) from None
 
     def empty(self, shape, dtype):
-        return np.empty(shape, dtype=dtype)
+        try:
+            return np.empty(shape, dtype=dtype)
+        except MemoryError as exc:
+            raise self._allocation_error(exc, shape, dtype) from None
+
+    def _allocation_error(self, exc: MemoryError, shape: Any, dtype: Any) -> MemoryError:
+        """numpy's MemoryError as the other backends word it: the array, its bytes, the device's memory."""
+        limits = self.memory_limits()
+        nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+        has = f"it has {limits[1]:,} bytes in all" if limits and limits[1] else "its memory is unknown"
+        return MemoryError(f"a {tuple(np.atleast_1d(shape).tolist())} {np.dtype(dtype)} array ({nbytes:,} bytes) does "
+                           f"not fit on {self.device_name}: {has} ({' '.join(str(exc).split())})")  # fmt: skip
 
     def from_host(self, a):
         return np.array(a, copy=True)

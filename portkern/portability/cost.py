@@ -80,7 +80,12 @@ def _find(rep: dict[str, Any], backend: str, device: str, workload: str | None,
         row = next((r for r in rep["efficiency"] if (r["kernel"], r["backend"], r["device"]) == (kernel, backend, d)), None)
         if row is None:
             raise ValueError(f"--kernel {kernel!r} / --backend {backend!r}: not measured on {d}")
-        return row["ratio"], _pair(row.get("ratio_interval")), f"{kernel} with {backend} on {d} vs {row['baseline']}"
+        source = f"{kernel} with {backend} on {d} vs {row['baseline']}"
+        if row["baseline"] == backend:
+            others = [r["backend"] for r in rep["efficiency"] if (r["kernel"], r["device"]) == (kernel, d)
+                      and r["backend"] != backend and r.get("ratio")]  # fmt: skip
+            source += "; " + _itself(backend, d, others)
+        return row["ratio"], _pair(row.get("ratio_interval")), source
     workload = workload or next(iter(rep["workloads"]))
     if workload not in rep["workloads"]:
         raise ValueError(f"--workload {workload!r}: expected one of {', '.join(rep['workloads'])}")
@@ -88,8 +93,21 @@ def _find(rep: dict[str, Any], backend: str, device: str, workload: str | None,
     if backend not in per:
         raise ValueError(f"--backend {backend!r}: not measured on {d}; measured: {', '.join(per)}")
     base = (rep["workloads"][workload].get("baseline") or {}).get(d) or rep["devices"][d]["baseline"]
-    return per[backend]["ratio"], _pair(per[backend].get("ratio_interval")), \
-        f"workload {workload!r} with {backend} on {d} vs {base}"
+    source = f"workload {workload!r} with {backend} on {d} vs {base}"
+    if base == backend:
+        source += "; " + _itself(backend, d, [b for b, v in per.items() if b != backend and v.get("ratio")])
+    return per[backend]["ratio"], _pair(per[backend].get("ratio_interval")), source
+
+
+#: How a ratio source says the ratio compares a backend on a device with itself (render() turns it into a warning).
+ITSELF = "compares it with itself"
+
+
+def _itself(backend: str, device: str, others: list[str]) -> str:
+    return (f"{backend} is the baseline on {device}, so the ratio {ITSELF} (1 by definition, not a measured port): "
+            + (f"give --backend {' or '.join(others)} to cost a move between backends there, or "
+               if others else "no other backend ran there; ")
+            + "use a report where the locked platform and the port were both measured")
 
 
 def _pair(iv: Any) -> tuple[float, float] | None:
@@ -134,6 +152,7 @@ def render(c: CostInputs, source: str, interval: tuple[float, float] | None = No
            interval_note: str = "10th-90th pct of interleaved rounds", unit: str = "GPU-hours") -> str:  # fmt: skip
     r = lockin(c)
     rg = ranges(c, interval, h_range)
+    warn = warning(source)
     iv = (f" [interval {interval[0]:.4g} to {interval[1]:.4g}: {interval_note}]" if interval
           else " (no interval: given by hand or an older report)")  # fmt: skip
     over = "the H range x the ratio's interval" if h_range else "the ratio's interval"
@@ -141,8 +160,11 @@ def render(c: CostInputs, source: str, interval: tuple[float, float] | None = No
     if h_source is not None:
         head = [f"H = {c.gpu_hours:.4g} {unit} per converged policy"
                 + (f" [range {h_range[0]:.4g} to {h_range[1]:.4g}]" if h_range else "") + f" ({h_source})"]
+    if warn:
+        head = [f"warning: {warn}", ""] + head
     lines = head + [
-        f"ratio = {c.ratio:.4g}{iv} (throughput penalty {1 - c.ratio:.1%}; {source})",
+        f"ratio = {c.ratio:.4g}{iv} (throughput penalty {1 - c.ratio:.1%}; "
+        + "; ".join(part if ITSELF not in part else "see the warning above" for part in source.split("; ")) + ")",
         "",
         "premium = locked_rate x H x P - portable_rate x (H / ratio) x P - retune_hours x hourly_rate",
         f"        = {c.locked_rate:g} x {c.gpu_hours:g} x {c.policies:g} - {c.portable_rate:g} x ({c.gpu_hours:g} / "
@@ -164,11 +186,22 @@ def render(c: CostInputs, source: str, interval: tuple[float, float] | None = No
         "sensitivity over the ratio:",
         f"{'ratio':>7} {'portable cost':>16} {'premium':>16} {'break-even P':>14}",
     ]
-    for q in sorted({*SENSITIVITY_RATIOS, round(c.ratio, 4)}):
-        s = lockin(CostInputs(**{**asdict(c), "ratio": q}))
+    for q in _sensitivity(c.ratio):
+        # The headline's row is computed from the exact ratio (a rounded one moved its break-even), and marked.
+        s = r if q == c.ratio else lockin(CostInputs(**{**asdict(c), "ratio": q}))
         lines.append(f"{q:7.3g} {_money(s['portable_cost']):>16} {_money(s['premium']):>16} "
-                     f"{_money(s['break_even_policies']):>14}")  # fmt: skip
+                     f"{_money(s['break_even_policies']):>14}" + ("  <- this ratio" if q == c.ratio else ""))  # fmt: skip
     return "\n".join(lines)
+
+
+def _sensitivity(ratio: float) -> list[float]:
+    """The grid of ratios and the ratio itself, exactly (a grid point it equals is not repeated)."""
+    return sorted({*(q for q in SENSITIVITY_RATIOS if not math.isclose(q, ratio, rel_tol=1e-12)), ratio})
+
+
+def warning(source: str) -> str | None:
+    """What the reader must know before the figures: a ratio that compares a backend on a device with itself."""
+    return next((part for part in source.split("; ") if ITSELF in part), None)
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +219,8 @@ def as_json(c: CostInputs, source: str, interval: tuple[float, float] | None = N
                            for q in SENSITIVITY_RATIOS}}  # fmt: skip
     if h_source is not None:
         out["gpu_hours_source"] = h_source
+    if warning(source):
+        out["warning"] = warning(source)
     if extra:
         out.update(extra)
     return out

@@ -9,8 +9,8 @@ DEFINITIONS = {
     "throughput": "T = items per launch / the median over the case's interleaved rounds of the seconds per "
                   "launch (each round: enough back-to-back synchronised launches to last a few ms); items are "
                   "env steps, buffer elements or gathered rows. Runs of schema 1 (before interleaving): the best "
-                  "(minimum) time, no interval. Only compared between backends on the same device, never across "
-                  "devices.",
+                  "(minimum) time, no interval. Compared between backends on one device (the efficiency "
+                  "tables), and between devices at one common size (the cross-device section).",
     "interleaved rounds": "every case of one comparison kernel (a kernel, or all three data paths of one rollout) "
                           "at one size on one piece of hardware - every backend, driver and knob configuration - "
                           "is timed in the same rounds: each round runs every case's launches in short runs "
@@ -31,6 +31,15 @@ DEFINITIONS = {
               "itself and are compared on every driver-device of that hardware (listed under 'includes'), so "
               "each driver-device's efficiencies have them beside it; hardware with no driver-device is a "
               "device of its own. The kind (cpu, gpu, accelerator) is what the backend's API reports.",
+    "cross-device ratio": "T(k, best backend, d) / T(k, best backend, fastest device) at the largest size every "
+                          "device measured (a workload: W with the fastest implementation of each phase on any "
+                          "device as its reference, so devices share one unit of work). Paired (per-round ratios, "
+                          "as within a device) when both ran in the same interleaved rounds, i.e. on one "
+                          "machine; across machines unpaired: [lo_a / hi_b, hi_a / lo_b] of the two throughput "
+                          "intervals, wider. Host frameworks (NumPy, torch on the CPU) are one device there, the "
+                          "host, listed once.",
+    "cost per 1e6 env steps": "price per device-hour (portkern report --price DEVICE=RATE) x 1e6 / (env-steps/s "
+                              "of the workload x 3600); its interval from the env-steps/s interval.",
     "functional portability": "share of the kernels in these runs that build, run and pass parity against the "
                               "NumPy reference on that device (the 9 step and buffer kernels, and rollout:<env> "
                               "once per env: it passes only when every data path and policy of that env passes); "

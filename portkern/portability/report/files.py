@@ -6,7 +6,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ...runs import load_run, merge
 from .. import training
@@ -16,7 +16,8 @@ from .plots import plot_all
 from .render import markdown
 
 
-def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None = None,
+              prices: Sequence[str] | Mapping[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
     """The report of any mix of bench run files and training files (told apart by the training file's
     ``schema``); training files add the ``training`` section, and alone make a report of it only."""
     kinds = [training.is_train_file(p) for p in paths]
@@ -24,7 +25,7 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
     trains = [(str(p), training.load_train(p)) for p, t in zip(paths, kinds) if t]
     tr = training.summarise(trains) if trains else None
     if runs:
-        rep = build(merge(runs), mixes)
+        rep = build(merge(runs), mixes, prices)
         if tr is not None:
             rep["training"] = tr
             rep["sources"] = [str(p) for p in paths]
@@ -39,14 +40,15 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
 
 
 def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,
-          extra_files: Mapping[str, str] | None = None, source_names: list[str] | None = None) -> dict[str, Any]:
+          extra_files: Mapping[str, str] | None = None, source_names: list[str] | None = None,
+          prices: Sequence[str] | Mapping[str, float] | None = None) -> dict[str, Any]:
     """Load and check every run first, then write report.md/json and plots into a temp dir in ``out_dir``
     and move them into place.
 
     ``source_names`` replaces the run paths in the report (a run copied into ``out_dir`` is
     named where it ends up, not where it was written first).
     """
-    rep = build_all(run_paths, mixes)  # raises before anything is written
+    rep = build_all(run_paths, mixes, prices)  # raises before anything is written
     if source_names is not None:
         rep["sources"] = list(source_names)
     out = Path(out_dir)

@@ -55,6 +55,23 @@ def _verdict_text(r: dict[str, Any]) -> str:
 
 
 
+def host_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Data-path rows with a host framework's (NumPy, torch on the CPU) shown once, under the hardware it ran
+    on, instead of once per driver-device of that hardware (the model keeps every row: the comparisons of
+    each driver-device use them)."""
+    seen, out = set(), []
+    for r in rows:
+        where = r.get("measured_on", r["device"])
+        if where != r["device"]:
+            key = (where, r["backend"], r["env"], r["policy"])
+            if key in seen:
+                continue
+            seen.add(key)
+            r = {**r, "device": where}
+        out.append(r)
+    return out
+
+
 def _json_default(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None

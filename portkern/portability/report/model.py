@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ...runs import Record, Run
 from .. import metrics
 from ..names import NATIVE, functional_kernel
+from .crossdevice import cross_device, parse_prices, timed_devices
 from .definitions import DEFINITIONS
 from .mixes import DEFAULT_MIXES, mix_origin
 from .rounds import (
@@ -63,9 +64,15 @@ def _device_records(run: Run, devices: Mapping[str, Mapping[str, Any]]) -> list[
     return out
 
 
-def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
-    """Everything the report says, as plain data (report.json; what ``portkern cost`` reads)."""
+def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None,
+          prices: Sequence[str] | Mapping[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Everything the report says, as plain data (report.json; what ``portkern cost`` reads).
+
+    ``prices``: price per device-hour by device, as ``DEVICE=RATE`` strings (crossdevice.parse_prices) or
+    {device key: rate}; the cross-device section then gives cost per million env steps too."""
     mixes = dict(DEFAULT_MIXES if mixes is None else mixes)
+    if prices is not None and not isinstance(prices, Mapping):
+        prices = parse_prices(list(prices), timed_devices(run))
     recs = run.records
     kernels = _kernels(recs)
     fkernels = list(dict.fromkeys(functional_kernel(k) for k in kernels))
@@ -164,6 +171,7 @@ def build(run: Run, mixes: Mapping[str, Mapping[str, float]] | None = None) -> d
         "pp": pp, "pp_interval": pp_iv, "pp_arch": pp_arch, "workloads": workloads,
         "retune": retune(recs, {d: i for d, i in run.devices.items() if i["kind"] != "simulator"}),
         "data_paths": data_paths(drecs, real), "spectrum": spectrum(drecs, real),
+        "cross_device": cross_device(run, mixes, prices),
     }  # fmt: skip
     rep["summary"] = summary(rep)
     return rep

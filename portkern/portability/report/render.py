@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from .. import training
 from ..names import PATHS, STACK_CLASSES
-from .format import _cell, _fmt, _span, _table, _verdict_text, _with, _x
+from .format import host_once, _cell, _fmt, _span, _table, _verdict_text, _with, _x
 
 
 def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
@@ -20,6 +20,15 @@ def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]
     if rep.get("summary"):
         note = [["**Indicative only** (a --quick run): " + ", ".join(rep["quick"])]] if rep.get("quick") else []
         tables[SUMMARY_TITLE] = (["finding"], note + [[f"**{f['title']}**: {f['text']}"] for f in rep["summary"]])
+    cd = rep.get("cross_device") or {}
+    if cd.get("workloads"):
+        tables[CROSS_DEVICE_TITLE] = (
+            ["workload", "device", "best backend", "throughput [interval]", "vs fastest device"],
+            [[m, cd["devices"][r["device"]]["name"], r["best_backend"],
+              _with(r["steps_per_s"] if w["env_steps_phase"] else r["W"],
+                    r.get("steps_per_s_interval" if w["env_steps_phase"] else "W_interval")),
+              _vs_fastest(r).replace(" paired,", "").replace(" unpaired,", " (unpaired)")]
+             for m, w in cd["workloads"].items() for r in w["devices"]])  # fmt: skip
     func = (["kernel"] + [c + (" (sim)" if rep["functional"][c]["simulator"] else "") for c in cols],
             [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in fkernels]
             + [["**share**"] + [_fmt(rep["functional"][c]["share"], True) for c in cols]])  # fmt: skip
@@ -59,11 +68,88 @@ def _training_only_markdown(rep: dict[str, Any]) -> str:
     if found:
         out += [f"## {SUMMARY_TITLE}", "", f"1. **{found['title']}**: {found['text']}", ""]
     out += training.markdown(rep["training"])
+    out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
 
 
 SUMMARY_TITLE = "Summary"
+CROSS_DEVICE_TITLE = "Cross-device: which device runs it fastest"
+
+
+def _vs_fastest(e: Mapping[str, Any]) -> str:
+    if e["verdict"] == "fastest":
+        return "**fastest**"
+    fig = f"{_x(e['vs_fastest'])} [{_span(e.get('vs_fastest_interval'), False, 'x')}]"
+    how = "paired" if e.get("paired") else "unpaired"
+    word = {"slower": "slower (beyond noise)", "faster": "faster (beyond noise)"}.get(e["verdict"], e["verdict"])
+    return f"{fig} {how}, {word}"
+
+
+def cross_device_workload_table(rep: dict[str, Any], mix: str) -> tuple[list[str], list[list[str]]]:
+    """One workload on every device: its best backend, env-steps/s of the whole loop, the ratio to the fastest
+    device, each backend; with prices, the cost per million env steps."""
+    cd = rep["cross_device"]
+    w = cd["workloads"][mix]
+    priced = "prices" in cd
+    steps = w.get("env_steps_phase")
+    head = ["device", "best backend", ("env-steps/s [interval]" if steps else "workload units/s [interval]"),
+            "vs fastest device [interval]"] + (["cost / 1e6 env steps [interval]"] if priced and steps else []) + [
+            "each backend: throughput, vs fastest"]  # fmt: skip
+    rows = []
+    for row in w["devices"]:
+        fig = "steps_per_s" if steps else "W"
+        each = "; ".join(f"{b} {_with(e[fig], e.get(fig + '_interval'))}, {_x(e['vs_fastest'])}"
+                         for b, e in row["backends"].items())
+        cells = [cd["devices"][row["device"]]["name"], row["best_backend"], _with(row[fig], row.get(fig + "_interval")),
+                 _vs_fastest(row)]
+        if priced and steps:
+            c = row.get("cost_per_1e6_steps")
+            cells.append("no price given" if c is None else f"{c:.3g} [{_span(row.get('cost_per_1e6_steps_interval'))}]")
+        rows.append(cells + [each])
+    return head, rows
+
+
+def cross_device_kernel_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Every kernel on every device: best backend, items/s, the ratio to the fastest device, each backend."""
+    cd = rep["cross_device"]
+    rows = []
+    for k in cd["kernels"]:
+        for row in k["devices"]:
+            each = "; ".join(f"{b} {_fmt(e['items_per_s'])}, {_x(e['vs_fastest'])}" for b, e in row["backends"].items()
+                             if len(row["backends"]) > 1)
+            size = str(k["size"]) if k["same_size"] else f"{row['size']} (sizes differ)"
+            rows.append([k["kernel"], size, cd["devices"][row["device"]]["name"], row["best_backend"],
+                         _with(row["items_per_s"], row.get("items_per_s_interval")), _vs_fastest(row), each or "–"])
+    return ["kernel", "size", "device", "best backend", "items/s [interval]", "vs fastest device [interval]",
+            "other backends there: items/s, vs fastest"], rows
+
+
+def cross_device_markdown(rep: dict[str, Any]) -> list[str]:
+    cd = rep.get("cross_device")
+    out = ["", f"## {CROSS_DEVICE_TITLE}", ""]
+    if not cd or not cd["kernels"]:
+        return out + ["Nothing timed in these runs."]
+    names = [f"{i['name']} (`{d}`)" for d, i in cd["devices"].items()]
+    out += [f"Every device timed in these runs ({len(names)}: {'; '.join(names)}), each kernel and workload at one "
+            "size, ranked against the fastest device. A device is hardware plus driver; the host frameworks "
+            "(NumPy, torch on the CPU) are the host device, listed once. The ratio to the fastest device has a "
+            "**paired** interval when both ran in the same interleaved rounds (devices of one machine) and an "
+            "**unpaired**, wider one otherwise (different machines: lo_a / hi_b to hi_a / lo_b of their "
+            "throughput intervals); an interval that includes 1 is within noise. Plot: cross-device.png."]
+    if "prices" in cd:
+        out += ["", "Prices per device-hour: " + ", ".join(f"{cd['devices'][d]['name']} {v:g}"
+                                                            for d, v in cd["prices"].items() if d in cd["devices"])
+                + "; cost per 1e6 env steps = price x 1e6 / (env-steps/s x 3600) [from the env-steps/s interval]."]
+    for m in cd["workloads"]:
+        w = cd["workloads"][m]
+        mix = ", ".join(f"{k} {100 * v:.0f}%" for k, v in w["phases"].items())
+        out += ["", f"**Workload {m}** ({mix}): " + ("env-steps/s of the whole loop (every phase, the reference of "
+                                                   "each phase the fastest on any device)" if w["env_steps_phase"]
+                                                   else "workload units/s (Definitions, workload)"), ""]
+        out += _table(*cross_device_workload_table(rep, m))
+    out += ["", "**Kernels**", ""] + _table(*cross_device_kernel_table(rep))
+    return out
 DATA_PATHS_TITLE = "Data paths: host round-trip, device per-step, fused"
 
 
@@ -71,7 +157,7 @@ def data_paths_table(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = (["device", "backend", "env", "policy", "N x T"] + [f"{p} steps/s" for p in PATHS]
               + [f"{p} device-h / 1e9 steps" for p in PATHS] + ["fused / host", "device / host"])  # fmt: skip
     rows = []
-    for r in rep["data_paths"]["rows"]:
+    for r in host_once(rep["data_paths"]["rows"]):
         rows.append([r["device"], r["backend"], r["env"], r["policy"], f"{r['N'] or '–'} x {r['T'] or '–'}"]
                     + [_with(v["steps_per_s"], v.get("steps_per_s_interval")) if v["status"] == "pass"
                        else _cell({**v, "max_error": None}) for v in (r["paths"][p] for p in PATHS)]
@@ -102,6 +188,14 @@ def spectrum_table(rep: dict[str, Any], device: str) -> tuple[list[str], list[li
             cells.append(f"{_fmt(v['items_per_s'])} ({who}): {rel}")
         body.append([r["kernel"], str(r["size"])] + cells)
     return ["kernel", "size"] + [f"{c}: best items/s (who): vs best class" for c in classes], body
+
+
+def _size_class(r: Mapping[str, Any]) -> str:
+    """A re-tune row's size class and the sizes searched there (source / target when they differ)."""
+    if not r.get("size_class"):
+        return "–"  # a report from before size classes
+    sizes = f"{r['source_size']}" + ("" if r["target_size"] == r["source_size"] else f" / {r['target_size']}")
+    return f"{r['size_class']} ({sizes})"
 
 
 def mix_note(origin: Mapping[str, Any] | None) -> str:
@@ -135,6 +229,7 @@ def markdown(rep: dict[str, Any]) -> str:
                 "\"within noise\" means the interval of the paired ratio includes 1 and no winner is named."]
     else:
         out += ["Nothing timed in these runs."]
+    out += cross_device_markdown(rep)
     out += ["", "## Devices", ""]
     out += _table(["device", "label", "kind", "vendor", "copy bandwidth (B/s)", "backends", "includes", "baseline"],
                   [[d, i["device_label"], i["kind"], i["vendor"], _fmt(i["ceiling_bytes_per_s"]),
@@ -147,7 +242,7 @@ def markdown(rep: dict[str, Any]) -> str:
         out += ["", "Backends not available in these runs (not measured; on a device in the set they make PP 0):", ""]
         out += [f"* {u['backend']} on {u['machine']}: {u['reason']}" for u in rep["unavailable"]]
     for title, (header, rows) in headline(rep).items():
-        if title in (DATA_PATHS_TITLE, SUMMARY_TITLE) or title.startswith(training.TITLE):
+        if title in (DATA_PATHS_TITLE, SUMMARY_TITLE, CROSS_DEVICE_TITLE) or title.startswith(training.TITLE):
             continue
         out += ["", f"## {title}", ""] + _table(header, rows)
     out += ["", "## Workload throughput penalty", "",
@@ -195,8 +290,8 @@ def markdown(rep: dict[str, Any]) -> str:
         out += [""] + training.markdown(rep["training"])
     out += ["", "## Re-tune penalty", ""]
     if rep["retune"]:
-        out += _table(["backend", "kernel", "tuned on", "run on", "config", "target's best", "penalty"],
-                      [[r["backend"], r["kernel"], r["source"], r["target"], json.dumps(r["config"]),
+        out += _table(["backend", "kernel", "size class", "tuned on", "run on", "config", "target's best", "penalty"],
+                      [[r["backend"], r["kernel"], _size_class(r), r["source"], r["target"], json.dumps(r["config"]),
                         json.dumps(r["target_best_config"]),
                         (_fmt(r["penalty"], True) if r["penalty"] is not None else "–")
                         + (f" [{100 * r['penalty_interval'][0]:.1f}–{100 * r['penalty_interval'][1]:.1f}%]"
@@ -206,5 +301,16 @@ def markdown(rep: dict[str, Any]) -> str:
     else:
         out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
                 "on two or more devices and pass all the run files."]
+    out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
+
+
+def plots_markdown(rep: dict[str, Any]) -> list[str]:
+    """Every plot written beside report.md, each with its one-line caption."""
+    from .plots import plot_files  # matplotlib is imported only when a plot is drawn
+
+    files = plot_files(rep)
+    if not files:
+        return []
+    return ["", "## Plots", ""] + [f"* `{name}`: {caption}\n\n  ![{name}]({name})" for name, caption, _ in files]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping
 
+from ... import tuning
 from ...runs import Record
 from .. import metrics
 from ..names import BASE_KERNELS, ENV_ORDER, PATHS, POLICIES, STACK_CLASSES, rollout_parts
@@ -96,6 +97,8 @@ def data_paths(recs: list[Record], devices: Mapping[str, Any]) -> dict[str, Any]
         fused, device = _compare(best["fused"], best["host"]), _compare(best["device"], best["host"])
         rows.append({"device": d, "backend": b, "env": env, "policy": policy, "N": size, "T": t, "paths": paths,
                      "measured_on": _measured_on(d, *(x for x in best.values() if x is not None)),
+                     # numpy's "fused" path is its reference loop, not a fused kernel: the summary needs to tell
+                     "fused_class": best["fused"].stack_class if best["fused"] else None,
                      "fused_vs_host": fused["ratio"], "fused_vs_host_interval": fused["interval"],
                      "device_vs_host": device["ratio"], "device_vs_host_interval": device["interval"]})  # fmt: skip
     spread = []
@@ -113,22 +116,29 @@ def data_paths(recs: list[Record], devices: Mapping[str, Any]) -> dict[str, Any]
 
 
 def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Re-tune penalty for each backend, kernel and ordered pair of devices that were both tuned."""
-    space: dict[tuple[str, str, str], dict[str, Record]] = {}
+    """Re-tune penalty for each backend, kernel and ordered pair of devices that were both tuned, per size
+    class both were searched in (portkern.tuning.size_class: a tune run searches one size per class, the
+    largest of its ladder there), largest class first; where the two devices' largest searched sizes fall
+    in different classes (ladders scaled to unlike devices), also between those ("largest")."""
+    space: dict[tuple[str, str, str, str], dict[str, Record]] = {}
     for (b, k, d), group in _group(recs, devices).items():
-        size = max(r.size for r in group)
-        at = {r.config_key: r for r in group if r.size == size}
-        if len(at) > 1:  # a search ran here (more than one configuration measured)
-            space[(b, k, d)] = at
+        classes = tuning.sizes_per_class(r.size for r in group)
+        for cls, size in (*classes.items(), ("largest", max(classes.values()))):
+            at = {r.config_key: r for r in group if r.size == size}
+            if len(at) > 1:  # a search ran here (more than one configuration measured)
+                space[(b, k, d, cls)] = at
     out = []
-    for (b, k, src), src_space in space.items():
+    for (b, k, src, cls), src_space in space.items():
         tuned = max((r for r in src_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0,
                     default=None)  # fmt: skip
         if tuned is None:
             continue
-        for (b2, k2, tgt), tgt_space in space.items():
-            if (b2, k2) != (b, k) or tgt == src:
+        for (b2, k2, tgt, cls2), tgt_space in space.items():
+            if (b2, k2, cls2) != (b, k, cls) or tgt == src:
                 continue
+            searched_at = {tuning.size_class(next(iter(x.values())).size) for x in (src_space, tgt_space)}
+            if cls == "largest" and len(searched_at) == 1:
+                continue  # both largest sizes in one class: that class's row is this comparison
             best_rec = max((r for r in tgt_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0,
                            default=None)  # fmt: skip
             best = (best_rec.items_per_s or 0.0) if best_rec is not None else 0.0
@@ -147,7 +157,8 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
                     if pair is not None:
                         interval = metrics.spread(1.0 - pair[:, 0] / pair[:, 1])
             out.append({
-                "backend": b, "kernel": k, "source": src, "target": tgt, "config": tuned.config,
+                "backend": b, "kernel": k, "size_class": cls, "source_size": tuned.size, "target_size": best_rec.size,
+                "source": src, "target": tgt, "config": tuned.config,
                 "target_best_config": best_rec.config,
                 "penalty": None if t is None else metrics.retune_penalty(t, best), "note": note,
                 "penalty_interval": interval,
