@@ -12,6 +12,10 @@ reports its own parity outcome at once (unsupported and invalid configurations s
 failures fail); its rounds reach its pytest-benchmark record and its ``portkern`` case when the
 group's last visit is done (at the latest before the JSON is written). Simulators and correctness
 harnesses (``identity.bench_class(...).timed`` False) are checked, never timed.
+
+With a :class:`portkern.portability.bench_journal.BenchJournal` registered as a plugin (``portkern bench``
+and ``portkern tune`` do), each visit and each functional-only case is journaled as it finishes, and a
+resumed run replays what the journal holds instead of running it again (see that module).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import pytest
 
 from portkern.backends import BackendUnavailable, backends
 from portkern.portability import suite
+from portkern.portability.bench_journal import BenchJournal
 
 _CASES = pytest.StashKey[list]()
 _DEVICES = pytest.StashKey[dict]()
 _GROUPS = pytest.StashKey[dict]()  # nodeid -> its Group (timed cases only)
 _LOAD = pytest.StashKey[dict]()
+_JOURNAL = pytest.StashKey["BenchJournal | None"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,9 +43,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--pk-sizes", default="full",
                 help="quick | full (a ladder scaled to each device's copy bandwidth) | N[,N...] items (N >= 1)")
     g.addoption("--pk-backend", default="", help="comma-separated backends (default: all the registry knows)")
+    g.addoption("--pk-kernels", default="",
+                help="comma-separated kernels, or families of them (step, rollout, a rollout's env: "
+                     "rollout:CartPole-v1); default: every kernel")  # fmt: skip
     g.addoption("--pk-device", default="", help="only devices whose name contains this substring")
     g.addoption("--pk-tune", action="store_true",
-                help="time every legal knob configuration (largest size only) instead of the default one")
+                help="time every legal knob configuration (one size per size class: the largest of the ladder "
+                     "in each) instead of the default one")
     g.addoption("--pk-machine", default="", help="label of this machine in reports (default: hostname)")
     g.addoption("--pk-no-simulators", action="store_true", help="leave simulator devices out entirely")  # fmt: skip
     g.addoption("--pk-rollout-steps", type=int, default=None,
@@ -70,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DEVICES] = {}
     config.stash[_GROUPS] = {}
     config.stash[_LOAD] = {"start": _loadavg()}
+    # The run's journal, when its driver registered one (portkern bench/tune): visits kept as they finish.
+    config.stash[_JOURNAL] = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BenchJournal)),
+                                  None)  # fmt: skip
     suite.run_info()  # fingerprints the code now, at the start of the run
     config.addinivalue_line("markers", "pk_kernels(*names): the kernels a benchmark function measures, one "
                                        "case each (the function reads case.kernel)")  # fmt: skip
@@ -115,7 +128,18 @@ def _device(config: pytest.Config, t: suite.Target) -> dict[str, Any]:
         if config.getoption("--pk-sizes") == "full" and info["kind"] != "simulator":
             # Every backend on one piece of hardware gets the same ladder, so they can be compared.
             same = [i for i in cache.values() if i["hardware_key"] == info["hardware_key"] and "sizes" in i]
-            info["sizes"] = same[0]["sizes"] if same else suite.full_sizes(suite.copy_bandwidth(b))
+            journal = config.stash.get(_JOURNAL, None)
+            # A resumed run keeps the ladder the interrupted one measured: a new bandwidth figure could pick
+            # other sizes, and the journal's visits would then belong to another grid.
+            kept = journal.sizes(info["hardware_key"]) if journal is not None and not same else None
+            if same:
+                info["sizes"] = same[0]["sizes"]
+            elif kept is not None:
+                info["sizes"] = kept
+            else:
+                info["sizes"] = suite.full_sizes(suite.copy_bandwidth(b))
+                if journal is not None:
+                    journal.record_sizes(info["hardware_key"], info["sizes"])
     return cache[t]
 
 
@@ -130,7 +154,7 @@ def _sizes(config: pytest.Config, t: suite.Target, kernel: str) -> tuple[int, ..
         sizes = _device(config, t)["sizes"][fam]
     else:
         sizes = _check_sizes(mode) if fam != "copy" else suite.QUICK_SIZES["copy"]
-    return sizes[-1:] if config.getoption("--pk-tune") else sizes
+    return suite.tune_sizes(sizes) if config.getoption("--pk-tune") else sizes
 
 
 def _check_sizes(mode: str) -> tuple[int, ...]:
@@ -202,6 +226,36 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", params)
 
 
+def _kernel_match(name: str, kernel: str) -> bool:
+    return kernel == name or kernel.startswith(name + ":")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """``--pk-kernels``: only the cases of those kernels (a target's unavailability record goes with them)."""
+    names = [k for k in config.getoption("--pk-kernels").split(",") if k]
+    if not names:
+        return
+    known: set[str] = set()
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("pk_kernels")
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        if marker is None or not isinstance(case, Case):
+            keep.append(item)
+            continue
+        known.update(marker.args)
+        measured = [case.kernel] if case.kernel else list(marker.args)
+        (keep if any(_kernel_match(n, k) for n in names for k in measured) else drop).append(item)
+    unknown = [n for n in names if not any(_kernel_match(n, k) for k in known)]
+    if unknown:
+        families = sorted({k.split(":")[0] for k in known} | known)
+        raise pytest.UsageError(f"--pk-kernels: no kernel {', '.join(unknown)}; expected some of "
+                                f"{', '.join(families)}")  # fmt: skip
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 # ---- groups: parity first, then interleaved rounds in visits spread over the run ---------------
 @dataclass
 class Outcome:
@@ -270,6 +324,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 seen.append(case.target)
                 g.visit_at[nodeid] = len(seen) - 1
     config.stash[_GROUPS] = {nodeid: g for g in groups.values() for nodeid, _ in g.members}
+    journal = config.stash.get(_JOURNAL, None)
+    if journal is not None and not journal.check_plan([item.nodeid for item in session.items]):
+        pytest.exit(journal.error or "the journal's plan differs", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _check(config: pytest.Config, case: Case, shared: dict[tuple[Any, ...], suite.Prepared]) -> Outcome:
@@ -280,11 +337,11 @@ def _check(config: pytest.Config, case: Case, shared: dict[tuple[Any, ...], suit
         b = suite.open_backend(t)
     except BackendUnavailable as exc:
         return Outcome({"status": "unsupported", "reason": str(exc)})
-    default = suite.current_config(kernel, b, steps=steps)
+    default = suite.current_config(kernel, b, steps=steps, size=case.size)
     with suite.applied(b, case.config):
-        # The values that run (a tuned default resolved, never its sentinel) and where each came from.
-        rec["config"] = suite.current_config(kernel, b, case.config, steps)
-        rec["config_origin"] = suite.config_origin(kernel, b, case.config, steps)
+        # The values that run (the tuned default of the case's size class, never its sentinel), and their origins.
+        rec["config"] = suite.current_config(kernel, b, case.config, steps, case.size)
+        rec["config_origin"] = suite.config_origin(kernel, b, case.config, steps, case.size)
         prep = None
         try:
             prep = _prepared(b, case, shared)
@@ -319,6 +376,13 @@ def _prepared(b: Any, case: Case, shared: dict[tuple[Any, ...], suite.Prepared])
 
 def _check_all(config: pytest.Config, group: Group) -> None:
     """Parity of every member first (its preparation kept for the first visit)."""
+    journal = config.stash.get(_JOURNAL, None)
+    first = journal.visit(group.gid, 0) if journal is not None else None
+    if first is not None:  # a resumed run: the members' outcomes as journaled; a visit still due prepares again
+        for nodeid, _ in group.members:
+            group.outcomes[nodeid] = Outcome(dict(first[nodeid]["rec"]), timeable=first[nodeid]["timeable"])
+        group.checked = True
+        return
     shared: dict[tuple[Any, ...], suite.Prepared] = {}
     for nodeid, case in group.members:
         group.outcomes[nodeid] = _check(config, case, shared)
@@ -330,6 +394,13 @@ def _visit(config: pytest.Config, group: Group) -> None:
     disabled = bool(getattr(getattr(config, "_benchmarksession", None), "disabled", False))
     rounds, slot_s, budget = _timing(config)
     v, n = group.visits_done, group.visits
+    journal = config.stash.get(_JOURNAL, None)
+    kept = journal.visit(group.gid, v) if journal is not None else None
+    if kept is not None:
+        _replay(group, kept)
+        journal.replayed["visits"] += 1
+        return
+    start = {nodeid: len(out.round_s) for nodeid, out in group.outcomes.items()}
     timed = [(nodeid, case) for nodeid, case in group.members if group.outcomes[nodeid].timeable and not disabled]
     shared: dict[tuple[Any, ...], suite.Prepared] = {}
     slots, reps, live = [], [], []
@@ -356,10 +427,31 @@ def _visit(config: pytest.Config, group: Group) -> None:
         out.round_reps += [r] * len(secs)
     for out in group.outcomes.values():
         out.prep = None  # the group's buffers go now, before the next group allocates its own
+    if journal is not None:  # durable before the run moves on: a kill from here on keeps this visit
+        journal.record_visit(group.gid, v, {
+            nodeid: {"rec": out.rec, "timeable": out.timeable, "round_s": out.round_s[start[nodeid]:],
+                     "round_reps": out.round_reps[start[nodeid]:]} for nodeid, out in group.outcomes.items()})  # fmt: skip
+    _visit_done(group)
+
+
+def _visit_done(group: Group) -> None:
     group.visits_done += 1
     if group.done:
         for out in group.outcomes.values():
             _feed(out, group)
+
+
+def _replay(group: Group, kept: dict[str, Any]) -> None:
+    """A visit an earlier, interrupted invocation finished: its rounds and its members' records as journaled."""
+    for nodeid, m in kept.items():
+        out = group.outcomes[nodeid]
+        out.rec.clear()
+        out.rec.update(m["rec"])
+        out.timeable = m["timeable"]
+        out.round_s += m["round_s"]
+        out.round_reps += m["round_reps"]
+        out.prep = None
+    _visit_done(group)
 
 
 def _feed(out: Outcome, group: Group) -> None:
@@ -390,7 +482,17 @@ def _feed(out: Outcome, group: Group) -> None:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
-    """Visits still due (a run stopped early, -x) happen before pytest-benchmark writes its JSON."""
+    """Visits still due (a run stopped early, -x) happen before pytest-benchmark writes its JSON.
+
+    A journaled run stopped by Ctrl-C or refused by its journal writes no JSON at all: a results file must
+    hold a whole run, and the journal keeps what finished for ``--resume``."""
+    journal = session.config.stash.get(_JOURNAL, None)
+    if journal is not None and (journal.interrupted or journal.error):
+        bench = getattr(session.config, "_benchmarksession", None)
+        if bench is not None:
+            bench.json = None
+        yield
+        return
     for group in {id(g): g for g in session.config.stash.get(_GROUPS, {}).values()}.values():
         if group.checked:
             while not group.done:
@@ -421,8 +523,16 @@ def measure(request: pytest.FixtureRequest, benchmark: Any, case: Case) -> Calla
         rec["simulator"] = info["kind"] == "simulator"
         rec["stack_class"] = suite.case_stack_class(info["stack_class"], kernel)
         group = config.stash[_GROUPS].get(nodeid)
+        journal = config.stash.get(_JOURNAL, None)
         if group is None:  # functional only (simulator, harness): its own check, never timed
-            out = _check(config, case, {})
+            kept = journal.case(nodeid) if journal is not None else None
+            if kept is not None:
+                out = Outcome(dict(kept["rec"]), timeable=kept["timeable"])
+                journal.replayed["cases"] += 1
+            else:
+                out = _check(config, case, {})
+                if journal is not None:
+                    journal.record_case(nodeid, {"rec": out.rec, "timeable": out.timeable})
         else:
             if not group.checked:
                 _check_all(config, group)
@@ -474,5 +584,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
                    "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},
         "loadavg": {**config.stash[_LOAD], "end": _loadavg()},  # a shared machine: how busy it was
         "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run
+        **({} if config.stash.get(_JOURNAL, None) is None else
+           {"resumed": config.stash[_JOURNAL].resumed()}),  # visits/cases replayed from an interrupted run's journal
         "cases": config.stash[_CASES],
     }

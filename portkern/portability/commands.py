@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import sys
@@ -13,8 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..journal import journal_path
 from ..tuning import cache_path, write_cache
-from . import cost, report, suite, training
+from . import bench_journal, cost, report, suite, training
+from .bench_run import Interrupted, command_line, resume_hint, run_pytest
 from .options import MAX_ITEMS, select_backends
 from .tune import write_tuned
 
@@ -26,63 +26,54 @@ FULL_TIMING: list[str] = []
 QUICK_ROLLOUT_STEPS = suite.QUICK_ROLLOUT_T  # T of the rollout cases with --quick
 
 
-def bench_dir() -> Path:
-    """The pytest-benchmark suite: ``bench/`` of a checkout, or ``portkern/_bench`` inside a wheel."""
-    here = Path(__file__).resolve().parent.parent
-    for d in (here / "_bench", here.parent / "bench"):
-        if (d / "conftest.py").is_file():
-            return d
-    raise FileNotFoundError(f"the benchmark suite was not found ({here / '_bench'} or {here.parent / 'bench'})")
-
-
 def _console(stderr: bool = False):
     from rich.console import Console
 
     return Console(stderr=stderr)
 
 
+#: The console output of bench/tune/report fits this many columns; wider tables are in report.md only.
+CONSOLE_COLUMNS = 100
+_CONSOLE_MAX_COLUMNS, _CONSOLE_MAX_ROWS = 6, 40
+
+
 def _print_tables(tables: dict[str, tuple[list[str], list[list[str]]]]) -> None:
+    """The tables a person reads first, within 100 columns: the summary as wrapped text, the narrow tables
+    with their cells folded (never cut), and the names of the wide ones, which report.md has in full."""
     from rich.markup import escape
     from rich.table import Table
 
     console = _console()
-    if not console.is_terminal:  # a log file or pipe: rich's default 80 columns would squash the wide tables
-        console.width = max(console.width, 200)
+    # A log file or pipe has no width of its own (rich would assume 80); a narrower terminal keeps its own.
+    console.width = min(console.width, CONSOLE_COLUMNS) if console.is_terminal else CONSOLE_COLUMNS
+    elsewhere = []
     for title, (header, rows) in tables.items():
-        t = Table(title=title, title_justify="left")
+        if header == ["finding"]:  # the summary: one paragraph per finding reads better than a one-column table
+            console.print(f"[bold]{escape(title)}[/]")
+            for i, (text,) in enumerate(rows, 1):
+                console.print(f"{i}. {escape(text.replace('**', ''))}", overflow="fold")
+            console.print()
+            continue
+        if len(header) > _CONSOLE_MAX_COLUMNS or len(rows) > _CONSOLE_MAX_ROWS:
+            elsewhere.append(title)
+            continue
+        t = Table(title=title, title_justify="left", expand=False)
         for h in header:
-            t.add_column(h)
+            t.add_column(escape(h), overflow="fold")
         for r in rows:
             t.add_row(*[escape(c.replace("**", "")) for c in r])
         console.print(t)
+    if elsewhere:  # one title a line: each one is what a reader searches report.md for
+        console.print("In report.md (too wide for the console):")
+        for title in elsewhere:
+            console.print(f"  {escape(title)}", overflow="fold")
 
 
-class _ProgressPlugin:
-    """Advances a rich progress bar once per benchmark case; pytest's own output is captured."""
-
-    def __init__(self, progress: Any) -> None:
-        self.progress, self.task = progress, None
-        self.failed: list[str] = []
-
-    def pytest_collection_finish(self, session: Any) -> None:
-        self.task = self.progress.add_task("bench", total=len(session.items))
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        if report.failed:
-            self.failed.append(f"{report.nodeid}: {str(report.longrepr).splitlines()[-1][:300]}")
-        if report.when == "teardown" and self.task is not None:
-            self.progress.update(self.task, advance=1, description=report.nodeid.split("::")[-1][:60])
-
-
-def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[int, list[str], str]:
-    """Run the pytest-benchmark suite in this process: (pytest exit code, failures, captured output)."""
-    import pytest
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+def suite_options(args: argparse.Namespace, tune: bool) -> list[str]:
+    """The suite's ``--pk-*`` options for bench/tune's arguments: everything that shapes the grid (a resumed
+    run must pass the same ones, bench_journal.identity)."""
     sizes = args.sizes or ("quick" if args.quick else "full")
-    argv = [str(bench_dir()), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-            f"--benchmark-json={json_path}", f"--pk-sizes={sizes}",
-            *(QUICK_TIMING if args.quick else FULL_TIMING)]  # fmt: skip
+    argv = [f"--pk-sizes={sizes}", *(QUICK_TIMING if args.quick else FULL_TIMING)]
     if args.backend:
         argv.append(f"--pk-backend={','.join(args.backend)}")
     if args.device:
@@ -96,13 +87,17 @@ def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[in
     steps = args.rollout_steps if args.rollout_steps is not None else (QUICK_ROLLOUT_STEPS if args.quick else None)
     if steps is not None:
         argv.append(f"--pk-rollout-steps={steps}")
-    captured = io.StringIO()
-    with Progress(TextColumn("{task.description:60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=_console(stderr=True), transient=False) as progress:  # fmt: skip
-        plugin = _ProgressPlugin(progress)
-        with contextlib.redirect_stdout(captured):
-            code = int(pytest.main(argv, plugins=[plugin]))
-    return code, plugin.failed, captured.getvalue()
+    if getattr(args, "kernels", None):
+        argv.append(f"--pk-kernels={','.join(k for ks in args.kernels for k in ks)}")
+    return argv
+
+
+def run_suite(json_path: Path, args: argparse.Namespace, tune: bool) -> tuple[int, list[str], str]:
+    """Run the pytest-benchmark suite in this process: (pytest exit code, failures, captured output).
+
+    The run's journal, if any, comes as ``args.bench_journal`` (tests substitute this function with its
+    three-argument signature)."""
+    return run_pytest(json_path, suite_options(args, tune), getattr(args, "bench_journal", None))
 
 
 def check_out(path: str, *, create: bool) -> Path:
@@ -155,8 +150,19 @@ def check_run_options(args: argparse.Namespace) -> dict[str, dict[str, float]] |
         raise ValueError(f"--rounds: expected an int in [2, 10000] (interleaved rounds per group), got {args.rounds}")
     if args.machine is not None and not args.machine.strip():
         raise ValueError("--machine: expected a non-empty label")
+    _check_kernels([k for ks in getattr(args, "kernels", None) or [] for k in ks])
     select_backends(args.backend, args.device)
     return mixes
+
+
+def _check_kernels(names: list[str]) -> None:
+    """``--kernels``: each a kernel the suite times or a family of them (the prefix before a ':')."""
+    known = (*suite.KERNELS, *suite.ROLLOUT_KERNELS, "copy")
+    bad = [n for n in names if not any(k == n or k.startswith(n + ":") for k in known)]
+    if bad:
+        families = sorted({k.split(":")[0] for k in known} | {":".join(k.split(":")[:2]) for k in known})
+        raise ValueError(f"--kernels {','.join(bad)}: no such kernel; expected kernels or families of them: "
+                         f"{', '.join(families)}")  # fmt: skip
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -167,6 +173,49 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
+def _run_journaled(json_path: Path, args: argparse.Namespace, tune: bool) -> list[str]:
+    """The suite on this machine, each visit journaled next to ``json_path`` as it finishes: the failures."""
+    from . import suite
+
+    kind = "tune" if tune else "bench"
+    ident = bench_journal.identity(suite_options(args, tune), suite.machine_label(args.machine))
+    journal = bench_journal.BenchJournal.open(
+        journal_path(json_path), kind, ident, args.resume,
+        extra={"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command_line(kind)})
+    before = _stamp(json_path)
+    args.bench_journal = journal  # how run_suite hands it to the suite (its signature is fixed)
+    try:
+        code, failed, captured = run_suite(json_path, args, tune)
+    except BaseException:
+        journal.close() if journal.finished() else journal.finish()
+        raise
+    finally:
+        args.bench_journal = None
+    if journal.error:  # the resumed grid collected other cases than the journal's
+        journal.close()
+        raise ValueError(journal.error)
+    if journal.interrupted:
+        if not journal.finished():  # nothing to keep: a journal would only make the next plain run ask for --resume
+            journal.finish()
+            raise Interrupted(f"interrupted before any visit finished: nothing written to {json_path}")
+        journal.close()
+        raise Interrupted(f"interrupted after {journal.finished()} finished visit(s)/case(s): nothing written to "
+                          f"{json_path}; they are kept in {journal_path(json_path)}; finish the rest with "
+                          f"{resume_hint(command_line(kind))}")  # fmt: skip
+    if code not in (0, 1) or _stamp(json_path) in (None, before):
+        kept = ""
+        if journal.finished():
+            journal.close()
+            kept = (f"; the {journal.finished()} finished visit(s)/case(s) are kept in {journal_path(json_path)} "
+                    "(--resume reuses them)")  # fmt: skip
+        else:
+            journal.finish()
+        sys.stderr.write(captured[-4000:])
+        raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above{kept}")
+    journal.finish()  # results.json holds everything the journal did
+    return failed
+
+
 def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
     t0 = time.perf_counter()
     mixes = check_run_options(args)
@@ -174,11 +223,16 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
     # The suite writes straight into the output folder, so the measurements are kept whatever happens
     # to the report (and a path printed in the log is where the file stays).
     json_path = out / "results.json"
-    before = _stamp(json_path)
-    code, failed, captured = run_suite(json_path, args, tune)
-    if code not in (0, 1) or _stamp(json_path) in (None, before):
-        sys.stderr.write(captured[-4000:])
-        raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above")
+    try:
+        if getattr(args, "ray", None) is not None:
+            from .bench_ray import bench_on_ray
+
+            runs, failed = bench_on_ray(args, out, suite_options(args, tune), command_line("bench"))
+        else:
+            runs, failed = [json_path], _run_journaled(json_path, args, tune)
+    except Interrupted as exc:
+        print(f"portkern {'tune' if tune else 'bench'}: {exc}", file=sys.stderr)
+        return 130
     if tune:
         write_tuned(json_path, out / "tuned.json")
         # The per-machine cache: this device's defaults from now on (tuning.py, source "cache"). A cache
@@ -193,11 +247,14 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
                 print(f"tuned defaults of {key} written to {cache_path()}")
             if not keys:
                 print(f"no device was tuned in this run: the per-machine cache {cache_path()} is unchanged")
+    if not runs:
+        raise RuntimeError("no node of the cluster completed its bench: nothing to report (reasons above)")
+    named = " ".join(str(r) for r in runs)
     try:
-        rep = report.write([str(json_path)], out, mixes)
+        rep = report.write([str(r) for r in runs], out, mixes)
     except Exception as exc:
         raise RuntimeError(f"the report could not be built ({type(exc).__name__}: {exc}); the measurements are "
-                           f"kept in {json_path}: `portkern report {json_path} --out {out}` builds it "
+                           f"kept in {named}: `portkern report {named} --out {out}` builds it "
                            "again") from exc  # fmt: skip
     _print_tables(report.headline(rep))
     print(f"wrote {', '.join(sorted(p.name for p in out.iterdir() if not p.name.startswith('.')))} to {out} "
@@ -225,7 +282,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    """Time every legal knob configuration per device (largest size) and write tuned.json plus the report."""
+    """Time every legal knob configuration per device (one size per size class) and write tuned.json plus the report."""
     return _bench_or_tune(args, tune=True)
 
 
@@ -249,7 +306,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"wrote {where} and {where.with_suffix('.json')}")
         return 0
     out = check_out(args.out, create=False)  # made only once every run file has been read and checked
-    rep = report.write(args.runs, out, mixes)
+    rep = report.write(args.runs, out, mixes, prices=args.price or None)
     _print_tables(report.headline(rep))
     print(f"wrote report.md, report.json and plots to {args.out}")
     return 0
@@ -326,11 +383,28 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default=None, help="label of this machine in reports (default: hostname)")
     p.add_argument("--out", default="out/bench", help="output folder, new or existing (default: out/bench)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
+    p.add_argument("--kernels", action="append", default=[], metavar="K[,K...]", type=_comma_list,
+                   help="only these kernels, or families (step, rollout, rollout:CartPole-v1, gae, copy...); "
+                        "repeatable (default: every kernel)")  # fmt: skip
+    p.add_argument("--resume", action="store_true",
+                   help="finish an interrupted run: reuse the visits its journal (<out>/results.json.journal) holds, "
+                        "after checking that the options, code and machine are the same")  # fmt: skip
+
+
+def _comma_list(text: str) -> list[str]:
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected K[,K...], got {text!r}")
+    return names
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="run the portability benchmark here and write results + report")
     _run_options(p)
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="the bench on every node of a Ray cluster (pip install 'portkern[ray]'), one bench per node, "
+                        "merged into one report: no ADDRESS starts a local Ray for the run; an ADDRESS "
+                        "(ray://host:10001, host:6379 or auto) joins an existing cluster")  # fmt: skip
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("tune", help="search each kernel's tuning knobs per device; write tuned.json + report")
     _run_options(p)
@@ -344,6 +418,9 @@ def register(sub: Any) -> None:
     p.add_argument("--compare", action="store_true",
                    help="two runs of one machine: report each and list where their verdicts agree, where one is "
                         "within noise, and any contradiction (consistency.md/.json)")  # fmt: skip
+    p.add_argument("--price", action="append", default=[], metavar="DEVICE=RATE",
+                   help="price per device-hour of a device (key, substring, pocl/intel, or host; repeatable) or a "
+                        "JSON file {DEVICE: RATE}: the cross-device section adds cost per 1e6 env steps")  # fmt: skip
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio or "
                                     "from training runs")  # fmt: skip
