@@ -69,7 +69,9 @@ def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int
     n = rounds if warm <= 0 or math.isinf(budget_s) else int(min(rounds, max(min_rounds, budget_s // warm)))
     out: list[list[float]] = [[] for _ in slots]
     gc_was_on = gc.isenabled()
-    gc.collect()
+    # The young generations only: the collector is off while timing anyway, and a full collection of a
+    # process that has imported torch and jax costs ~0.3 s per group (a third of a quick numpy bench).
+    gc.collect(1)
     gc.disable()
     t0 = time.perf_counter()
     try:
