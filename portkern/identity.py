@@ -45,9 +45,11 @@ BENCH_CLASSES: dict[str, BenchClass] = {
     # The fused rollout and the single step are different graphs, which Inductor may vectorise
     # differently (e.g. sin/cos): they agree to float rounding (2.4e-7 seen on CartPole), not bitwise.
     "torch_compile": BenchClass("framework compiled", exact_paths=False),
-    # XLA compiles the single step and the rollout scan as separate programs from the same ops; on CPU
-    # they agree bitwise (checked by the shared rollout tests), so the paths count as exact.
-    "jax": BenchClass("framework compiled"),
+    # XLA compiles the single step and the rollout scan as separate programs from the same ops, and may
+    # contract multiply-adds into FMAs differently in each on a CPU that has them: they agree bitwise only
+    # without FMA (the tests cap XLA:CPU at AVX), to rounding otherwise (the bench's quick run on a Zen 4:
+    # MountainCar's fused and host paths differ in 11 % of obs values bitwise, all within the drift bound).
+    "jax": BenchClass("framework compiled", exact_paths=False),
     "cuda_host": BenchClass(timed=False),
 }
 

@@ -149,3 +149,12 @@ def test_jax_ppo_ring_keeps_the_last_finished_returns_in_order():
     np.testing.assert_array_equal(got, finished[-st.window:])
     assert int(out["episodes"]) == total
     np.testing.assert_allclose(float(out["return_sum"]), sum(finished), rtol=1e-6)
+
+
+def test_the_suites_copy_case_runs_on_immutable_arrays() -> None:
+    # The bandwidth ceiling's copy case: jax has no array to copy into, so the case makes a new one.
+    from portkern.portability.suite import prepare_copy
+
+    case = prepare_copy(get_backend("jax"), 1 << 16)
+    case.run()
+    assert case.check().status == "pass"
