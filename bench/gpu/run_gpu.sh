@@ -13,7 +13,7 @@
 # cuda_host, the CUDA C compiled for the CPU, is a correctness harness for machines without a GPU:
 # the GPU run has the real thing and leaves it out.
 # Here first:  bash bench/gpu/prepare.sh    then run with carry [".device"]:  bash bench/gpu/run_gpu.sh
-# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 475 s).
+# Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 480 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source .device/setup.sh
@@ -59,12 +59,14 @@ echo "portkern bench --quick: rc=$? ($(tail -n 1 "$OUT/bench.log"))"
 # Sections that would start after --budget-s are skipped and recorded as such; the rollouts come last.
 timeout 70 python3 bench/gpu/gpu_bench.py --out "$OUT" --budget-s 55 2>&1 | tee "$OUT/gpu_bench.log" | tail -n 30
 
-# 5. Training: 100 s in all. jax@cuda is the whole-loop-compiled JAX PPO (the machine's own CUDA build of
-#    JAX); torch+compiled-update@cuda the torch.compile'd minibatch step. --max-seconds caps each run
-#    (CartPole converges in ~120k steps).
+# 5. Training: 105 s in all. jax@cuda is the whole-loop-compiled JAX PPO (the machine's own CUDA build of
+#    JAX); torch@cuda runs the compiled minibatch update (the default, CUDA graphs untested until this
+#    runs) and torch+eager-update@cuda the eager one. The kernel stacks keep the eager update here so a
+#    one-seed run spends its seconds on the kernels, not on compiling the update. --max-seconds caps
+#    each run (CartPole converges in ~120k steps).
 mkdir -p "$OUT/train"
-for spec in "cupy:12" "cupy+fused:13" "torch@cuda:20" "torch+compiled-update@cuda:15" "jax@cuda:20" "opencl@nvidia:10" \
-    "numba:10"; do
+for spec in "cupy+eager-update:12" "cupy+fused+eager-update:13" "torch@cuda:25" "torch+eager-update@cuda:15" \
+    "jax@cuda:20" "opencl+eager-update@nvidia:10" "numba+eager-update:10"; do
   stack=${spec%:*} limit=${spec##*:}
   timeout "$limit" python3 -m portkern.cli train --task CartPole-v1 --stack "$stack" --seeds 1 --max-seconds 12 \
     --no-progress --out "$OUT/train/${stack//[@+]/-}.json" >"$OUT/train/${stack//[@+]/-}.log" 2>&1
