@@ -153,3 +153,17 @@ def test_a_bench_run_given_as_a_training_file_is_named(capsys) -> None:
     bench = Path(__file__).parent / "data" / "run-ci-vm-paths-tiny.json"
     code, _, err = _cost(capsys, "--train", str(bench), "--locked", "numpy", "--portable", "opencl", *RATES)
     assert code == 2 and f"{bench}: not a portkern training file of schema 'portkern-train/1'" in err
+
+
+def test_a_stack_costed_against_itself_is_warned_about(train_file: Path, capsys) -> None:
+    code, out, err = _cost(capsys, "--train", str(train_file), "--locked", "numpy@cpu", "--portable", "numpy@cpu",
+                           "--task", "CartPole-v1", *RATES)  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("warning: ") and "compares it with itself" in out.splitlines()[0]
+    code, out, err = _cost(capsys, "--train", str(train_file), "--locked", "numpy@cpu", "--portable", "numpy@cpu",
+                           "--task", "CartPole-v1", *RATES, "--json")  # fmt: skip
+    assert "both numpy on box/cpu" in json.loads(out)["warning"]
+    # two different stacks: no warning
+    code, out, err = _cost(capsys, "--train", str(train_file), "--locked", "numpy@cpu", "--portable", "opencl@portable",
+                           "--task", "CartPole-v1", *RATES)  # fmt: skip
+    assert "warning" not in out

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -257,8 +258,11 @@ def _bench_or_tune(args: argparse.Namespace, tune: bool) -> int:
                            f"kept in {named}: `portkern report {named} --out {out}` builds it "
                            "again") from exc  # fmt: skip
     _print_tables(report.headline(rep))
-    print(f"wrote {', '.join(sorted(p.name for p in out.iterdir() if not p.name.startswith('.')))} to {out} "
-          f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    # Wrapped to the console width the tables keep (CONSOLE_COLUMNS); the folder last, on its own line.
+    print(textwrap.fill(f"wrote {', '.join(names)}", width=CONSOLE_COLUMNS, subsequent_indent="  ",
+                        break_on_hyphens=False))  # fmt: skip
+    print(f"  to {out} in {time.perf_counter() - t0:.0f} s")
     if failed:
         print(f"{len(failed)} case(s) failed (recorded as fail in the report):", file=sys.stderr)
         for f in failed:
@@ -356,6 +360,11 @@ def _cost_train(args: argparse.Namespace) -> int:
         raise ValueError("--train needs --locked STACK@DEVICE and --portable STACK@DEVICE (e.g. --locked torch@cuda "
                          "--portable opencl@pocl)")  # fmt: skip
     t = training.cost_from_train(args.train, args.locked, args.portable, args.task)
+    if (t["locked"]["stack"], t["locked"]["device_key"]) == (t["portable"]["stack"], t["portable"]["device_key"]):
+        # The same runs on both sides: a ratio of 1 by construction, which the premium would read as a port.
+        t["ratio_source"] += (f"; --locked and --portable are both {t['locked']['stack']} on "
+                              f"{t['locked']['device_key']}, so the ratio {cost.ITSELF} (1 by definition, not a "
+                              "measured port): give two different stacks or devices of the training files")  # fmt: skip
     inputs = cost.CostInputs(t["gpu_hours"], args.locked_rate, args.portable_rate, args.policies,
                              args.retune_hours, args.hourly_rate, t["ratio"])  # fmt: skip
     note = "min portable / max locked to max portable / min locked env-steps/s over seeds"
