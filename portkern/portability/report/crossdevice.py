@@ -302,3 +302,24 @@ def _match(name: str, devices: Mapping[str, Any]) -> list[str]:
         raise ValueError(f"--price {name}: no such device in these runs; expected one of {', '.join(devices)} (or a "
                          "unique substring, an OpenCL implementation such as pocl or intel, or host)")
     return found
+
+
+def policy_costs(cd: Mapping[str, Any], training: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Cost per converged policy: each trained (task, stack) on a priced device, price x H (device-hours per
+    converged policy, median over its converged seeds, with their min–max). A training run's device key is the
+    bench's (both from portkern.identity on the same machine label), so the bench's prices apply to it; a
+    stack trained on a device the prices do not name is left out, and so is one that never converged."""
+    prices = cd.get("prices") or {}
+    rows = []
+    for g in training.get("groups", []):
+        for st in g["stacks"]:
+            keys = [d["device_key"] for d in st["devices"]]
+            rate = next((prices[k] for k in keys if k in prices), None)
+            if rate is None or st.get("H_h") is None:
+                continue
+            lo, hi = st.get("H_h_range") or (st["H_h"], st["H_h"])
+            rows.append({"task": g["task"], "stack": st["stack"], "device": keys[0], "H_h": st["H_h"],
+                         "H_h_range": [lo, hi], "rate": rate, "cost_per_policy": rate * st["H_h"],
+                         "cost_per_policy_range": [rate * lo, rate * hi], "converged": st["converged"],
+                         "runs": st["runs"]})  # fmt: skip
+    return sorted(rows, key=lambda r: (r["task"], r["cost_per_policy"]))

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from ...runs import load_run, merge
 from .. import training
+from .crossdevice import policy_costs
 from .format import _json_default
 from .model import REPORT_SCHEMA, build
 from .plots import plot_all
@@ -28,6 +29,8 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
         rep = build(merge(runs), mixes, prices)
         if tr is not None:
             rep["training"] = tr
+            if rep.get("cross_device", {}).get("prices"):
+                rep["cross_device"]["policy_costs"] = policy_costs(rep["cross_device"], tr)
             rep["sources"] = [str(p) for p in paths]
             rep["definitions"] = {**rep["definitions"], **training.DEFINITIONS}
             found = training.finding(tr)

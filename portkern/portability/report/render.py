@@ -148,6 +148,16 @@ def cross_device_markdown(rep: dict[str, Any]) -> list[str]:
                                                    "each phase the fastest on any device)" if w["env_steps_phase"]
                                                    else "workload units/s (Definitions, workload)"), ""]
         out += _table(*cross_device_workload_table(rep, m))
+    if cd.get("policy_costs"):
+        out += ["", "**Cost per converged policy** (the training files: price x H, the device-hours per converged "
+                "policy, median over converged seeds [their min–max])", ""]
+        out += _table(["task", "stack", "device", "H, device-hours [range]", "price / device-hour",
+                       "cost per policy [range]", "converged"],
+                      [[r["task"], r["stack"], cd["devices"].get(r["device"], {}).get("name", r["device"]),
+                        f"{r['H_h']:.3g} [{r['H_h_range'][0]:.3g}–{r['H_h_range'][1]:.3g}]", f"{r['rate']:g}",
+                        f"{r['cost_per_policy']:.3g} [{r['cost_per_policy_range'][0]:.3g}–"
+                        f"{r['cost_per_policy_range'][1]:.3g}]", f"{r['converged']} of {r['runs']}"]
+                       for r in cd["policy_costs"]])  # fmt: skip
     out += ["", "**Kernels**", ""] + _table(*cross_device_kernel_table(rep))
     return out
 DATA_PATHS_TITLE = "Data paths: host round-trip, device per-step, fused"
