@@ -45,7 +45,7 @@ def _workload_finding(rep: dict[str, Any]) -> dict[str, str] | None:
     top = next(r for r in w["devices"] if r["device"] == w["fastest"])
     unit = "env-steps/s" if w["env_steps_phase"] else "workload units/s"
     fig = "steps_per_s" if w["env_steps_phase"] else "W"
-    text = (f"{_who(rep, top['device'], top['best_backend'])} runs it fastest, {_fmt(top[fig])} {unit} "
+    text = (f"{_who(rep, top['device'], top['best_backend'])} runs it fastest: {_fmt(top[fig])} {unit} "
             f"[{_span(top.get(fig + '_interval'))}]")  # fmt: skip
     others = []
     for r in w["devices"]:
@@ -58,12 +58,12 @@ def _workload_finding(rep: dict[str, Any]) -> dict[str, str] | None:
         else:
             others.append(f"within noise of {_who(rep, r['device'], r['best_backend'])} ({_x_iv(f, iv)}{how})")
     if others:
-        text += ": " + ", ".join(others)
+        text += ". It is " + ", ".join(others)
     for p in w.get("drivers", []):
         if top["device"] in (p["faster"], p["slower"]):
             continue  # already said: it is a ratio to the fastest device
         word = "faster than" if p["verdict"] == "faster" else "within noise of"
-        text += (f"; of the drivers, {_name(rep, p['faster'])} is {_x_iv(p['ratio'], p['interval'])} {word} "
+        text += (f". Of the drivers, {_name(rep, p['faster'])} is {_x_iv(p['ratio'], p['interval'])} {word} "
                  f"{_name(rep, p['slower'])}")  # fmt: skip
     text += _driver_kernels(rep)
     mix = ", ".join(f"{k.removeprefix('step:')} {100 * s:.0f}%" for k, s in w["phases"].items())
@@ -94,7 +94,7 @@ def _driver_kernels(rep: dict[str, Any]) -> str:
                      k) for x, r, k in rows]  # fmt: skip
         rows.sort(key=lambda x: x[0])
         x, r, k = rows[(len(rows) - 1) // 2]  # the lower median: one measured kernel, with its own interval
-        out += (f"; per kernel, {_name(rep, a)} is faster than {_name(rep, b)} beyond noise in {wins} of {len(rows)} "
+        out += (f". Per kernel, {_name(rep, a)} is faster than {_name(rep, b)} beyond noise in {wins} of {len(rows)} "
                 f"step and buffer kernels" + (f" (slower in {losses})" if losses else "")
                 + f", {_x_iv(x, r['interval'])} at the median ({k})")  # fmt: skip
     return out
