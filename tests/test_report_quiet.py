@@ -13,7 +13,9 @@ def test_acrobots_wrap_check_compiles_without_the_item_warning(caplog: pytest.Lo
     torch = pytest.importorskip("torch")
     item = "Graph break from `Tensor.item()`"
     # backend="eager": dynamo's tracing is what warns; inductor's code generation would only cost time here.
-    ours = torch.compile(lambda x: x * 2 if acrobot._any(torch, x > 0) else x - 1, backend="eager")
+    from portkern.backends import _torch_ops  # the torch backends' form of Acrobot's wrap check
+
+    ours = torch.compile(lambda x: x * 2 if _torch_ops._any(x > 0) else x - 1, backend="eager")
     with caplog.at_level("WARNING", logger="torch._dynamo"):
         assert ours(torch.ones(3)).tolist() == [2.0] * 3 and ours(-torch.ones(3)).tolist() == [-2.0] * 3
     quiet = [r.getMessage() for r in caplog.records]
@@ -93,3 +95,12 @@ def test_the_devices_table_marks_simulators(monkeypatch: pytest.MonkeyPatch, cap
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out
     assert f"Oclgrind Simulator ({cli.SIMULATED})" in out and f"pthread-CPU ({cli.SIMULATED})" not in out
+
+
+def test_the_torch_backends_wrap_equals_the_references() -> None:
+    torch = pytest.importorskip("torch")
+    from portkern.backends import _torch_ops
+
+    x = np.array([0.5, 3.5, 10.0, -20.0, 50.0, -np.pi, np.pi], dtype=np.float64)
+    got = _torch_ops._wrap(torch.from_numpy(x.copy()), -np.pi, np.pi, 2 * np.pi).numpy()
+    assert np.array_equal(got, acrobot._wrap(x, -np.pi, np.pi, 2 * np.pi))

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import types
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from .. import rng
-from ..envs.base import EnvSpec, ParamView
+from ..envs.base import EnvSpec, ParamView, step_with
 from ..policy import TWO_PI_F32
 
 _M0, _M1 = int(rng.PHILOX_M0), int(rng.PHILOX_M1)
@@ -111,17 +110,8 @@ _STEPS: dict[str, Any] = {}
 
 
 def _step_fn(spec: EnvSpec) -> Any:
-    """``spec.step`` as JAX traces it: the reference function itself, with the helpers in
-    :data:`_TRACEABLE` swapped in its own copy of the module globals (the module is untouched)."""
-    over = _TRACEABLE.get(spec.kernel)
-    if not over:
-        return spec.step
-    fn = _STEPS.get(spec.kernel)
-    if fn is None:
-        f = spec.step
-        fn = _STEPS[spec.kernel] = types.FunctionType(f.__code__, {**f.__globals__, **over}, f.__name__,
-                                                      f.__defaults__, f.__closure__)  # fmt: skip
-    return fn
+    """``spec.step`` as JAX traces it: the reference function itself, with the helpers in :data:`_TRACEABLE`."""
+    return step_with(spec, _TRACEABLE, _STEPS)
 
 
 def params_view(spec: EnvSpec, values: Any) -> ParamView:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import rng
-from ..envs.base import EnvSpec
+from ..envs.base import EnvSpec, step_with
 from ..policy import TWO_PI_F32
 
 MASK32 = 0xFFFFFFFF
@@ -100,6 +100,37 @@ def env_reset(spec: EnvSpec, state, steps, episodes, needs_reset, obs, p, seed: 
     obs.copy_(spec.observe(fresh_state))
 
 
+def _host_any(flags: torch.Tensor) -> bool:
+    return bool(flags.any())
+
+
+try:  # the reason reaches torch's graph-break log (newer torch); older torch takes the function alone
+    _HOST_ANY = torch.compiler.disable(_host_any, reason="Acrobot's wrap loop: a data-dependent trip count")
+except TypeError:
+    _HOST_ANY = torch.compiler.disable(_host_any)
+
+
+def _any(flags: torch.Tensor) -> bool:
+    # Under torch.compile, bool(tensor) is a Tensor.item() that Dynamo breaks the graph at and warns about
+    # (21 lines per compile). The trip count depends on the data, so the break is inherent; through
+    # torch.compiler.disable it is a plain eager call, without the warning. Eager torch keeps bool().
+    return _HOST_ANY(flags) if torch.compiler.is_compiling() else bool(flags.any())
+
+
+def _wrap(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
+    """Acrobot's ``_wrap`` (Gymnasium's loop, one span at a time), its loop test through :func:`_any`."""
+    while _any(x > hi):
+        x = torch.where(x > hi, x - span, x)
+    while _any(x < lo):
+        x = torch.where(x < lo, x + span, x)
+    return x
+
+
+#: Per env kernel, the reference helpers that torch runs in another form (envs.base.step_with).
+_TRACEABLE = {"acrobot": {"_wrap": _wrap}}
+_STEPS: dict[str, Any] = {}
+
+
 def env_step(spec: EnvSpec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated, truncated,
              p, max_steps: int, next_step: bool) -> torch.Tensor:  # fmt: skip
     """One step of every env, writing the env buffers in place (``NumpyBackend.env_step`` before its
@@ -109,7 +140,7 @@ def env_step(spec: EnvSpec, state, steps, needs_reset, actions, obs, final_obs, 
     overwrites the finished envs' state, steps and obs with their reset, so the reset draws run
     for those envs only, not for all N.
     """
-    new_state, rew, term = spec.step(tuple(state.unbind(0)), actions, p)
+    new_state, rew, term = step_with(spec, _TRACEABLE, _STEPS)(tuple(state.unbind(0)), actions, p)
     new_steps = steps + 1
     trunc = new_steps >= max_steps
     if next_step:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -71,38 +70,14 @@ def dsdt(p: KernelParams, a, theta1, theta2, dtheta1, dtheta2):
     return dtheta1, dtheta2, ddtheta1, ddtheta2
 
 
-_TORCH_ANY = None  # _any_on_host wrapped by torch.compiler.disable, made on first use (no torch import here)
-
-
-def _any_on_host(flags) -> bool:
-    return bool(flags.any())
-
-
-def _any(xp, flags) -> bool:
-    """Whether any flag is set, as a Python bool.
-
-    Under torch.compile, bool(tensor) is a Tensor.item() that dynamo breaks the graph at and warns about
-    (21 lines per compile). The trip count of the wrap loop depends on the data, so a break there is
-    inherent; running the check through torch.compiler.disable makes it a plain eager call (the same
-    graph break, without the warning) and keeps every number as it was."""
-    global _TORCH_ANY
-    torch = sys.modules.get("torch") if type(flags).__module__.partition(".")[0] == "torch" else None
-    if torch is not None and torch.compiler.is_compiling():  # eager torch keeps the plain bool()
-        if _TORCH_ANY is None:
-            _TORCH_ANY = torch.compiler.disable(
-                _any_on_host, reason="Acrobot's wrap loop: a data-dependent trip count, as in Gymnasium")
-        return _TORCH_ANY(flags)
-    return bool(xp.any(flags))
-
-
 def _wrap(x: np.ndarray, lo, hi, span) -> np.ndarray:
     # Gymnasium's wrap(): subtract/add the span one at a time (not fmod), so results match bit for
     # bit. The loop runs while any element is out of range (a data-dependent trip count, once per
     # 2*pi: set_state bounds the angles); where() changes only the elements out of range.
     xp = namespace(x)
-    while _any(xp, x > hi):
+    while bool(xp.any(x > hi)):
         x = xp.where(x > hi, x - span, x)
-    while _any(xp, x < lo):
+    while bool(xp.any(x < lo)):
         x = xp.where(x < lo, x + span, x)
     return x
 

@@ -16,6 +16,7 @@ reads the params by name from a 1-D array of that library (on its device).
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -326,6 +327,21 @@ class EnvSpec:
     def param_vector(self, params: Mapping[str, float], dtype: np.dtype) -> KernelParams:
         """The kernel params: derived in float64, then cast once to the env dtype."""
         return KernelParams(self, self.kernel_values(params), np.dtype(dtype))
+
+
+def step_with(spec: EnvSpec, helpers: Mapping[str, Mapping[str, Callable]], cache: dict[str, Callable]) -> Callable:
+    """``spec.step`` with the module-level helpers named in ``helpers[spec.kernel]`` swapped in, in its own copy
+    of the env module's globals (the module is untouched): how a backend runs the reference where one of its
+    helpers needs another form there (Python control flow on data under a tracer). Cached in ``cache``."""
+    over = helpers.get(spec.kernel)
+    if not over:
+        return spec.step
+    fn = cache.get(spec.kernel)
+    if fn is None:
+        f = spec.step
+        fn = cache[spec.kernel] = types.FunctionType(f.__code__, {**f.__globals__, **over}, f.__name__,
+                                                     f.__defaults__, f.__closure__)  # fmt: skip
+    return fn
 
 
 def params_table(params: Sequence[Param | Derived]) -> list[tuple[str, str, str]]:
