@@ -110,3 +110,24 @@ def pytest_report_header(config):
         lines.append(f"portkern backend {name}: {state}; devices: {', '.join(p.devices) or '-'}")
     lines.append(f"portkern required backends: {', '.join(REQUIRED)}")
     return lines
+
+
+def kill_9_when(cmd: list[str], ready, timeout: float, **popen) -> None:
+    """Start ``cmd``, poll ``ready()`` while it runs, then kill -9 it (no handler runs, nothing is flushed on
+    the way out). Fails with the process's stderr if it ended first or ``timeout`` passed."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+

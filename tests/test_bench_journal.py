@@ -19,6 +19,8 @@ from portkern.journal import journal_path, read
 from portkern.portability import commands
 from portkern.portability.bench_journal import BenchJournal
 
+from .conftest import kill_9_when
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 #: The tiniest real bench: NumPy only, 256 items, 2 rounds; a buffer kernel then the five env steps, so a
@@ -64,20 +66,8 @@ def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path: Path, 
     results = out / "results.json"
     journal = journal_path(results)
     argv = ["bench", *TINY, "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "portkern.cli", *argv], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if journal.exists() and _visits(journal):
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        os.kill(proc.pid, signal.SIGKILL)  # kill -9: no handler runs, nothing is flushed on the way out
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_9_when([sys.executable, "-m", "portkern.cli", *argv], lambda: journal.exists() and bool(_visits(journal)),
+                300, cwd=ROOT, env=_env())  # fmt: skip
     kept = _visits(journal)
     assert kept and not results.exists()
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,8 @@ pytest.importorskip("torch", reason="portkern train needs PyTorch: pip install '
 from portkern.cli import main  # noqa: E402
 from portkern.journal import journal_path, read  # noqa: E402
 from portkern.train import runner  # noqa: E402
+
+from .conftest import kill_9_when  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The smoke grid: the numpy stack, 3 PPO updates per run (seconds each), several seeds.
@@ -41,20 +39,8 @@ def test_kill_9_mid_grid_then_resume_equals_an_uninterrupted_run(tmp_path: Path)
     journal = journal_path(out)
     argv = [*GRID, "--seeds", "1,2,3,4", "--out", str(out)]
     script = "import sys; from portkern.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", script, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            if journal.exists() and _runs(journal):
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        os.kill(proc.pid, signal.SIGKILL)  # kill -9: no handler runs, nothing is flushed on the way out
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_9_when([sys.executable, "-c", script, *argv], lambda: journal.exists() and bool(_runs(journal)), 240,
+                cwd=ROOT)
     kept = _runs(journal)
     assert 1 <= len(kept) < 4 and not out.exists(), (len(kept), out.exists())
     killed_worker = kept[0]["data"]["run"]["schedule"]["worker"]
