@@ -11,8 +11,10 @@ which is wider.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -20,7 +22,6 @@ import numpy as np
 from ...backends._opencl_devices import known_platform_ids, platform_id
 from ...runs import Record, Run
 from .. import metrics
-from ..names import rollout_parts
 from .rounds import _best, _compare, _iv, _kernels, _order, _paired, _ratio_rounds, _word
 
 
@@ -256,9 +257,6 @@ def parse_prices(items: list[str], devices: Mapping[str, Any]) -> dict[str, floa
     DEVICE is a device key, a substring of the keys of one piece of hardware (all its drivers get the price:
     a price is per hour of the hardware), an OpenCL implementation (pocl, intel: every device of that platform)
     or ``host`` (every CPU without a driver layer: NumPy and torch there)."""
-    import json
-    from pathlib import Path
-
     pairs: list[tuple[str, str]] = []
     for item in items:
         if "=" not in item and Path(item).is_file():
