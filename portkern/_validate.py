@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -43,7 +44,7 @@ def nonneg_float_arg(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}: expected a finite float >= 0, got {type(value).__name__} {value!r}")
     v = float(value)
-    if not (np.isfinite(v) and v >= 0.0):
+    if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"{name}: expected a finite float >= 0, got {value!r}")
     return v
 
@@ -58,13 +59,27 @@ def dtype_of(a: Any) -> np.dtype | None:
     dt = getattr(a, "dtype", None)
     if dt is None:
         return None
+    try:  # every buffer op asks this several times per call: a dict hit, not np.dtype's raise for torch's
+        return _DTYPES[dt]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype object, looked up every time
+        pass
     try:
-        return np.dtype(dt)
+        found = np.dtype(dt)
     except TypeError:
         try:
-            return np.dtype(str(dt).rpartition(".")[2])
+            found = np.dtype(str(dt).rpartition(".")[2])
         except TypeError:
-            return None
+            found = None
+    if len(_DTYPES) < 256:  # a few dtype objects per library; bounded all the same
+        try:
+            _DTYPES[dt] = found
+        except TypeError:
+            pass
+    return found
+
+
+#: dtype_of's answers per dtype object seen (torch.float32 -> float32; a NumPy dtype -> itself).
+_DTYPES: dict[Any, np.dtype | None] = {}
 
 
 def describe(a: Any) -> str:

@@ -21,11 +21,16 @@ worst share of the best, over the family's kernels, is highest (a default has to
 work-item 8192 envs leaves one work-item doing all the work at 512 envs), so ``portkern tune``
 measures one size per class of :data:`SIZE_CLASSES` and the cache and the table hold an entry per
 class (``classes``: class -> ``kernels`` / ``families``). A launch resolves the class of its own
-size (:func:`size_class`: the env count N of a step or rollout, the T*N elements of a scan or of
-normalize, the rows of a gather, as the benchmark's sizes count them) and reads, per source, that
-class's entry, then the source's class-free entry. The class-free ``kernels`` / ``families`` are
-what files written before size classes hold (they apply to every class), and in a newer file the
-tune run's largest size per kernel (for a class the run did not reach).
+size and reads, per source, that class's entry, then the source's class-free entry. The size a
+class counts is the launch's parallel width, what a layout divides among work-items
+(:func:`size_class`): the env count N of a step or rollout, the columns N of a scan over a
+[T, N] buffer (``gae``, ``discounted_returns``: its T rows run in sequence inside each work-item,
+so T changes the work per work-item, not how many there are), the elements of normalize, the rows
+of a gather. The benchmark counts a scan case's size as T*N elements (T = :data:`SCAN_CASE_T`);
+:func:`case_class` turns a benchmark size into the class its launches read, and a class's
+``sizes`` list the benchmark sizes searched. The class-free ``kernels`` / ``families`` are what
+files written before size classes hold (they apply to every class), and in a newer file the tune
+run's largest size per kernel (for a class the run did not reach).
 """
 
 from __future__ import annotations
@@ -55,9 +60,11 @@ _FAMILY_OF_ROLLOUT_PATH = {"fused": "fused", "host": "rollout", "device": "rollo
 #: configuration runs the same kernel as one of the explicit values, so it is never made a default.
 _ADVERTISED = ("env_vector_width",)
 
-#: Size classes of a launch: (name, the item count it stays below; None: no bound). The bounds put
-#: one size of each of the suite's step and buffer ladders in each class on the development VM
-#: (step 2048 / 32768 / 524288 envs, buffers 8192 / 131072 / 2097152 elements; suite.full_sizes).
+#: Size classes of a launch: (name, the parallel width it stays below; None: no bound). The bounds put
+#: one size of each of the suite's step ladder, and of normalize's and gather's, in each class on the
+#: development VM (step 2048 / 32768 / 524288 envs, buffers 8192 / 131072 / 2097152 elements or rows;
+#: suite.full_sizes). A scan there runs 64 / 1024 / 16384 columns (small, small, medium), and
+#: bench/cpu/buffer_peers.py's 128 x 4096 and 128 x 65536 are small and medium.
 SIZE_CLASSES: tuple[tuple[str, int | None], ...] = (("small", 1 << 14), ("medium", 1 << 19), ("large", None))
 CLASS_NAMES: tuple[str, ...] = tuple(name for name, _ in SIZE_CLASSES)
 #: The class of a lookup that names no size (knob_in_force without one, describe()): the size the
@@ -65,11 +72,17 @@ CLASS_NAMES: tuple[str, ...] = tuple(name for name, _ in SIZE_CLASSES)
 UNSIZED_CLASS = "large"
 #: Resolved.size_class of a value from a class-free entry (see the module's docstring).
 ALL_CLASSES = "all"
+#: Ops that scan a [T, N] buffer backwards over t: N columns in parallel, T rows in sequence.
+SCAN_OPS = ("gae", "discounted_returns")
+#: T of the benchmark's [T, N] scan cases (portkern.portability.suite's BUFFER_T, kept equal by a
+#: test): a scan case's size counts T*N elements, its launch's parallel width is size // SCAN_CASE_T.
+SCAN_CASE_T = 128
 
 
 def size_class(items: int) -> str:
-    """The size class (a name in :data:`CLASS_NAMES`) of a launch over ``items`` items: the env count N
-    of a step or rollout, T*N elements of a scan or normalize, the rows of a gather."""
+    """The size class (a name in :data:`CLASS_NAMES`) of a launch whose parallel width is ``items``: the
+    env count N of a step or rollout, the columns N of a [T, N] scan (not T*N: its rows are sequential),
+    the elements of normalize, the rows of a gather. A benchmark size goes through :func:`case_class`."""
     try:
         n = operator.index(items)  # an int or a NumPy integer (sizes come from array shapes); never a float
     except TypeError:
@@ -82,6 +95,25 @@ def size_class(items: int) -> str:
     raise AssertionError("the last size class has no bound")  # pragma: no cover - SIZE_CLASSES ends unbounded
 
 
+def case_items(kernel: str, size: int) -> int:
+    """The parallel width (:func:`size_class`'s items) of a benchmark case of ``kernel`` at ``size``, the
+    size as the suite and the tune records count it: a scan's T*N elements hold N = size // SCAN_CASE_T
+    columns (at least 1, as the suite builds the case); any other kernel's size is its width already."""
+    if kernel in SCAN_OPS and not isinstance(size, bool):
+        try:
+            n = operator.index(size)
+        except TypeError:
+            return size  # not a count: size_class refuses it, naming it
+        if n > 0:
+            return max(1, n // SCAN_CASE_T)
+    return size
+
+
+def case_class(kernel: str, size: int) -> str:
+    """The size class whose entries a benchmark case of ``kernel`` at ``size`` launches with (:func:`case_items`)."""
+    return size_class(case_items(kernel, size))
+
+
 def classes_text() -> str:
     """The size classes in words, for describe() and docs: "small < 16384 items, medium < 524288, large"."""
     parts = [f"{name} < {below}" + (" items" if i == 0 else "") if below is not None else name
@@ -89,12 +121,13 @@ def classes_text() -> str:
     return ", ".join(parts)
 
 
-def sizes_per_class(sizes: Iterable[int]) -> dict[str, int]:
+def sizes_per_class(sizes: Iterable[int], kernel: str | None = None) -> dict[str, int]:
     """class -> the largest of ``sizes`` in it (classes none of them reach are left out), largest class
-    first: the one size per class a tune run times (the largest, as the search timed before classes)."""
+    first: the one size per class a tune run times (the largest, as the search timed before classes).
+    With ``kernel``, ``sizes`` are benchmark sizes of that kernel's cases (:func:`case_class`)."""
     out: dict[str, int] = {}
     for s in sorted(set(sizes), reverse=True):
-        out.setdefault(size_class(s), s)
+        out.setdefault(size_class(s) if kernel is None else case_class(kernel, s), s)
     return dict(sorted(out.items(), key=lambda kv: -CLASS_NAMES.index(kv[0])))
 
 
@@ -373,7 +406,7 @@ def class_entries(records: Iterable[Any]) -> dict[str, dict[str, Any]]:
     a kernel timed at its default only in a class tells nothing about that class's best."""
     groups: dict[tuple[str, str], list[Any]] = {}
     for r in records:
-        groups.setdefault((size_class(r.size), r.kernel), []).append(r)
+        groups.setdefault((case_class(r.kernel, r.size), r.kernel), []).append(r)
     searched: dict[str, list[Any]] = {}
     for (cls, _), group in groups.items():
         top = max(r.size for r in group)

@@ -109,3 +109,51 @@ def test_the_suite_times_the_public_call(monkeypatch):
     prep.run()
     assert calls and calls[-1]["gamma"] == suite.GAMMA and "out" not in calls[-1]
     assert prep.check().status == "pass"
+
+
+# ---- the public call's checks, cheaper but all still there (dtype lookups memoised, no np.prod) --------
+@pytest.mark.parametrize("x, err, says", [
+    (torch.zeros(4, 3, dtype=torch.int32), TypeError, "x: expected a float32 or float64 array, got shape (4, 3) torch.int32"),
+    (torch.zeros(4, 3, dtype=torch.float16), TypeError, "x: expected a float32 or float64 array"),
+    (torch.zeros(4, 3, dtype=torch.bfloat16), TypeError, "x: expected a float32 or float64 array"),  # ml_dtypes' or none
+    (torch.zeros(0, 3), ValueError, "x: expected at least one element"),
+])  # fmt: skip
+def test_normalize_still_refuses_bad_tensors_naming_them(x, err, says):
+    for _ in range(2):  # the second call answers from the dtype memo: the same refusal
+        with pytest.raises(err, match=says.replace("(", r"\(").replace(")", r"\)")):
+            buffer.normalize(x)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-8])
+def test_normalize_still_refuses_a_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps: expected a finite float >= 0"):
+        buffer.normalize(torch.ones(4, 3), eps)
+
+
+def test_gather_still_refuses_a_non_float_tensor():
+    with pytest.raises(TypeError, match="x: expected a float32 or float64 array"):
+        buffer.gather(torch.zeros(4, 3, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
+
+
+def test_dtype_lookups_answer_as_numpy_names_them():
+    from portkern._validate import dtype_of
+
+    for _ in range(2):  # first the lookup, then the memo
+        assert dtype_of(torch.zeros(1)) == np.float32 and dtype_of(torch.zeros(1, dtype=torch.float64)) == np.float64
+        assert dtype_of(torch.zeros(1, dtype=torch.bool)) == np.bool_
+        assert dtype_of(np.zeros(1, ">f4")) == np.dtype(">f4")  # byte order kept: a NumPy dtype is itself
+
+
+def test_a_result_passed_back_in_or_a_view_of_it_is_never_the_output():
+    # the torch backend's own span (the tensor's pointer) sees overlaps of views as the generic one did
+    from portkern.backends import get_backend
+
+    b = get_backend("torch", "cpu")
+    t = torch.zeros(10)
+    assert b.shares_memory(t[2:6], t[5:]) and not b.shares_memory(t[:5], t[5:])
+    x = torch.randn(4, 6)
+    first = buffer.normalize(x)
+    again = buffer.normalize(first)  # the cached output is this call's input: a new array for the result
+    assert again.data_ptr() != first.data_ptr()
+    want = (first - first.mean()) / (first.std(correction=0) + 1e-8)
+    np.testing.assert_allclose(again.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)

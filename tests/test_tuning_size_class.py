@@ -50,6 +50,37 @@ def test_a_tune_search_times_the_largest_ladder_size_in_each_class():
     assert tuning.sizes_per_class([256, 4096, 1 << 20]) == {"large": 1 << 20, "small": 4096}
 
 
+def test_a_scan_is_classed_by_its_columns_not_its_rows():
+    # gae / discounted_returns run N columns in parallel and T rows in sequence: the benchmark's
+    # 128 x 4096 (524288 elements, the medium bound) is small, 128 x 65536 medium; normalize counts elements.
+    assert tuning.case_items("gae", 128 * 4096) == 4096
+    assert tuning.case_class("gae", 128 * 4096) == "small"
+    assert tuning.case_class("discounted_returns", 128 * 65536) == "medium"
+    assert tuning.case_class("normalize", 128 * 4096) == "large"
+    assert tuning.case_class("gather", SMALL_MAX + 1) == "medium"
+    assert tuning.case_items("gae", 64) == 1  # fewer elements than T: the suite still builds one column
+    assert tuning.case_items("gae", np.int64(128 << 14)) == 1 << 14
+    # a tune run's sizes per class follow the same measure (the development VM's buffer ladder)
+    assert tuning.sizes_per_class([8192, 131072, 2097152], "gae") == {"medium": 2097152, "small": 131072}
+    assert tuning.sizes_per_class([8192, 131072, 2097152], "normalize") == {"large": 2097152, "medium": 131072,
+                                                                           "small": 8192}  # fmt: skip
+    # a scan's ladder on a larger machine: T*N elements all over the medium bound, N in all three classes
+    assert suite.tune_sizes((128 << 12, 128 << 16, 128 << 20), "gae") == (128 << 12, 128 << 16, 128 << 20)
+    assert suite.tune_sizes((128 << 12, 128 << 16, 128 << 20)) == (128 << 20,)  # counted as elements
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0, True, None])
+def test_a_scan_size_that_is_not_a_count_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match=r"items: expected an int >= 0"):
+        tuning.case_class("gae", bad)
+
+
+def test_the_scan_cases_rows_are_the_suites():
+    from portkern.portability.suite.cases import BUFFER_T
+
+    assert tuning.SCAN_CASE_T == BUFFER_T  # case_items divides the suite's sizes by it
+
+
 # ---- resolution ----------------------------------------------------------------------------------
 def _defaults(monkeypatch, tmp_path, rows: dict, cache: dict | None = None) -> tuning.Defaults:
     monkeypatch.setenv("PORTKERN_TUNE_CACHE", str(tmp_path / "cache.json"))
@@ -112,7 +143,12 @@ def test_the_shipped_table_states_the_classes_it_measured():
     for name, row in tuning.table()["rows"].items():
         assert set(row.get("classes", {})) <= set(tuning.CLASS_NAMES), name
         for cls, part in row.get("classes", {}).items():
-            assert all(tuning.size_class(s) == cls for s in part["sizes"]), (name, cls)  # measured in its class
+            # measured in its class: each benchmark size listed is in the class for a kernel entered there,
+            # and each kernel's entry comes from a size in the class (a scan's class counts its columns)
+            kernels = set(part["kernels"]) | set(part["families"])
+            assert all(any(tuning.case_class(k, s) == cls for k in kernels) for s in part["sizes"]), (name, cls)
+            for k in kernels:
+                assert any(tuning.case_class(k, s) == cls for s in part["sizes"]), (name, cls, k)
 
 
 # ---- a launch picks its class ----------------------------------------------------------------------
@@ -154,24 +190,47 @@ def test_a_launch_runs_its_own_classes_knobs_and_knob_in_force_says_so(monkeypat
 
     monkeypatch.setattr(be, "_kernel", spy)
     monkeypatch.setattr(be, "_ranges", spy_ranges)
-    for t, n in ((128, 64), (128, 4096)):  # 8192 elements (small) and 524288 (large): T*N names the class
+    # 64 columns (small) and 524288 (large): a scan's class counts its columns N, its T rows run in sequence
+    for t, n in ((128, 64), (2, 1 << 19)):
         z = be.from_host(np.zeros((t, n), np.float32))
         f = be.from_host(np.zeros((t, n), bool))
         adv, _ = buffer.gae(z, z, z, f, f, gamma=0.99, lam=0.95, backend=be)
         assert not be.to_host(adv).any()  # it ran (zero rewards and values: zero advantages)
     assert [(b["PK_VW"], b["PK_NV"]) for b in built] == [("1", "2"), ("4", "8")]
     assert ranges == [(16,), (32,)]  # the work-group size of each launch's class too
-    for size, cls in ((8192, "small"), (524288, "large")):
+    for size, cls in ((8192, "small"), (128 << 19, "large")):  # the suite's sizes: T*N elements, T = 128
         r = be.knob_in_force("scan_vectors_per_item", "gae", size)
         assert (r.value, r.source, r.entry, r.size_class) == (layout[cls]["scan_vectors_per_item"], "table mine", "gae", cls)
         assert suite.config_origin("gae", be, size=size)["scan_vectors_per_item"] == f"table mine (gae, {cls})"
-    # medium: no entry in any class, no class-free one: the fallback (the GPU shape), said so
-    assert be.knob_in_force("scan_vectors_per_item", "gae", 65536).source == "fallback"
+    # medium (128 x 16384): no entry in any class, no class-free one: the fallback (the GPU shape), said so
+    assert be.knob_in_force("scan_vectors_per_item", "gae", 128 << 14).source == "fallback"
     assert "small:" in be.describe()["defaults gae"] and "large:" in be.describe()["defaults gae"]
 
 
+@needs_opencl
+def test_the_shipped_table_gives_the_benchmarks_scan_sizes_their_own_class(monkeypatch):
+    # bench/cpu/buffer_peers.py's 128 x 4096 and 128 x 65536: a small and a medium entry measured for
+    # each scan on every CPU driver the table has a row for, never the large layout at 4096 columns.
+    from portkern.backends import opencl as ocl_mod
+    from portkern.backends.opencl import OpenCLBackend
+
+    monkeypatch.setenv("PORTKERN_NO_TUNE_CACHE", "1")
+    checked = 0
+    for _, label in sorted(ocl_mod.device_ids().items()):
+        be = OpenCLBackend(label)
+        if be.device_kind() != "cpu" or not any(s.startswith("table") for s, _ in be.tuned_defaults.sources):
+            continue
+        for op in tuning.SCAN_OPS:
+            for size, cls in ((128 * 4096, "small"), (128 * 65536, "medium")):
+                r = be.knob_in_force("scan_vectors_per_item", op, size)
+                assert (r.source.startswith("table"), r.entry, r.size_class) == (True, op, cls), (label, op, size)
+        checked += 1
+    if not checked:
+        pytest.skip("no OpenCL CPU device with a row in the shipped table")
+
+
 # ---- from a tune run: tuned.json, the cache, re-tune penalties per class ---------------------------
-_LARGE = 1 << 20
+_LARGE = 1 << 26  # gae's size as the suite counts it (T*N, T = 128): 524288 columns, the large class
 #: A synthetic second size for the committed tiny tune run's gae search (PoCL on CI's Xeon): at 2048
 #: elements local_size=64 wins (as measured); here, at a large size, 256 does by far.
 _LARGE_RATES = {None: 1.0e8, 32: 0.9e8, 64: 1.1e8, 128: 1.2e8, 256: 3.0e8}

@@ -29,7 +29,7 @@ Rates are items/s (elements; rows for gather) over wall time, and over the proce
 (all its threads: PoCL's, Intel's TBB, OpenMP, XLA), which load from other jobs disturbs less.
 
     PYTHONPATH=. python bench/cpu/buffer_peers.py [--sizes 128x65536,128x4096] [--repeats 9]
-        [--no-opencl] [--no-compile] [--no-torch] [--no-jax]
+        [--no-opencl] [--no-compile] [--no-torch] [--no-jax] [--no-internal]
     (pip install 'portkern[opencl,bench,peers]'; Intel's CPU runtime too: 'portkern[opencl-intel]')
 """
 
@@ -449,6 +449,9 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="no torch peers and no portkern torch rows")
     ap.add_argument("--no-compile", action="store_true", help="no portkern:torch_compile rows")
     ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--no-internal", action="store_true",
+                    help="no '(backend op, preallocated)' rows and no knob sweep: the public calls and the peers "
+                    "only (the sweep is most of a run's time on a loaded 2-core machine)")
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="torch's intra-op threads for every torch row (default: torch's own, each row also "
                     "on one thread as '<row>@1t'); 1 on a loaded machine, where 2 threads wait on each other")
@@ -490,6 +493,8 @@ def main() -> None:
             chosen, sweeps = {}, {}
             for name, b in backends.items():
                 cases[name] = public_case(b, op, a)  # the backend's own defaults, as a user gets them
+                if args.no_internal:
+                    continue
                 run, result = opencl_op_case(b, op, a)
                 knobs, sweeps[name] = sweep(b, op, run, a, args.sweep_repeats)
                 chosen[name] = knobs
@@ -527,7 +532,8 @@ def main() -> None:
             "repeats": args.repeats,
             "torch_threads": args.torch_threads if args.torch_threads is not None
             else "torch's default, each row also on one thread (@1t)",
-            "sweep_repeats": args.sweep_repeats,
+            "sweep_repeats": None if args.no_internal else args.sweep_repeats,
+            "internal_rows": not args.no_internal,
             "gather_row_len": FEATURES,
             "dtype": "float32",
             "flags": "bool inputs; peers convert them inside the timed call",

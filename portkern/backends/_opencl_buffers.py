@@ -66,7 +66,7 @@ class OpenCLBufferOps:
         dt = rewards.dtype
         T = dt.type
         steps, n = rewards.shape
-        self._sized(steps * n)  # the knobs of this launch's size class (T*N elements)
+        self._sized(n)  # the knobs of this launch's size class: N columns in parallel, the T rows in sequence
         opts, envs = self._scan_options("gae", dt)
         k = self._kernel("gae.cl", "pk_gae", opts)
         # gamma * lam is rounded in the env dtype on the host exactly as the reference does.
@@ -79,7 +79,7 @@ class OpenCLBufferOps:
         dt = rewards.dtype
         steps, n = rewards.shape
         per_step = bootstrap.ndim == 2
-        self._sized(steps * n)
+        self._sized(n)  # N columns, as gae
         opts, envs = self._scan_options("discounted_returns", dt)
         k = self._kernel("discounted_returns.cl", "pk_discounted_returns", opts)
         values = {"rewards": rewards, "terminated": terminated, "truncated": truncated, "bootstrap": bootstrap,

@@ -36,8 +36,8 @@ class OpenCLKnobs:
     """Knob resolution of :class:`~portkern.backends.opencl.OpenCLBackend` (a mixin: the backend holds the state).
 
     Tuned defaults are per size class (portkern.tuning): each launching method names its size first
-    (:meth:`_sized`: env count, T*N elements or gathered rows), and the knobs it then resolves (build
-    options, work-group size) are its class's.
+    (:meth:`_sized`: its parallel width: env count, a scan's columns, normalize's elements or gathered
+    rows), and the knobs it then resolves (build options, work-group size) are its class's.
     """
 
     #: The size class of the launch being prepared (_sized); before any, the class of an unsized lookup.
@@ -106,14 +106,14 @@ class OpenCLKnobs:
 
     def knob_in_force(self, knob: str, kernel: str, size: int | None = None) -> tuning.Resolved:
         """The knob's value in the launches of benchmark kernel ``kernel`` at ``size`` (the suite's size:
-        N envs, T*N elements, rows), and its source: the attribute when set, else the tuned entry those
+        N envs, T*N elements, rows; its class by tuning.case_class), and its source: the attribute when set, else the tuned entry those
         launches read (see _knob_entry) in the size's class (``size_class`` says which class's entry
         gave it); without a size, the class of an unsized lookup (tuning.UNSIZED_CLASS)."""
         value = self.knob_setting(knob)
         if not (isinstance(value, str) and value == tuning.TUNED):
             return tuning.Resolved(value, "attribute", "")
         entry, family = self._knob_entry(knob, kernel)
-        cls = tuning.UNSIZED_CLASS if size is None else tuning.size_class(size)
+        cls = tuning.UNSIZED_CLASS if size is None else tuning.case_class(kernel, size)  # a scan's: its columns
         try:
             got = self.tuned_defaults.resolve(knob, family, entry, cls)
             if knob.endswith("vector_width") and isinstance(got.value, int):

@@ -145,15 +145,23 @@ def get_backend(name: str = "numpy", device: str | None = None) -> Backend:
     return inst
 
 
+#: backend_of's answers per array type: the backend class that owned an array of that type.
+_OWNER_OF_TYPE: dict[type, Any] = {}
+
+
 def backend_of(x: Any) -> Backend:
     """The backend whose native array type ``x`` is (for buffer ops called without ``backend=``)."""
     import numpy as np
 
     if isinstance(x, np.ndarray):
         return get_backend("numpy")
+    known = _OWNER_OF_TYPE.get(type(x))  # names() loads and sorts the backends: not on every buffer op
+    if known is not None and known.owns(x):
+        return known.for_array(x)
     for name in names():
         cls = _CLASSES.get(name)
         if cls is not None and cls.owns(x):
+            _OWNER_OF_TYPE[type(x)] = cls
             return cls.for_array(x)
     raise TypeError(
         f"cannot tell the backend of a {type(x).__module__}.{type(x).__name__}; pass backend= "

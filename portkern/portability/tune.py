@@ -41,7 +41,7 @@ def best_configs(records: list[Record]) -> dict[str, dict[str, dict[str, Any]]]:
         if largest is None:
             continue
         classes = {}
-        for cls, size in sorted(sizes_per_class(r.size for r in group).items(), key=lambda kv: kv[1]):
+        for cls, size in sorted(sizes_per_class((r.size for r in group), k).items(), key=lambda kv: kv[1]):
             best = _best_at(group, size)
             if best is not None:
                 classes[cls] = best

@@ -122,7 +122,7 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
     in different classes (ladders scaled to unlike devices), also between those ("largest")."""
     space: dict[tuple[str, str, str, str], dict[str, Record]] = {}
     for (b, k, d), group in _group(recs, devices).items():
-        classes = tuning.sizes_per_class(r.size for r in group)
+        classes = tuning.sizes_per_class((r.size for r in group), k)  # a scan's class: its columns
         for cls, size in (*classes.items(), ("largest", max(classes.values()))):
             at = {r.config_key: r for r in group if r.size == size}
             if len(at) > 1:  # a search ran here (more than one configuration measured)
@@ -136,7 +136,7 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
         for (b2, k2, tgt, cls2), tgt_space in space.items():
             if (b2, k2, cls2) != (b, k, cls) or tgt == src:
                 continue
-            searched_at = {tuning.size_class(next(iter(x.values())).size) for x in (src_space, tgt_space)}
+            searched_at = {tuning.case_class(k, next(iter(x.values())).size) for x in (src_space, tgt_space)}
             if cls == "largest" and len(searched_at) == 1:
                 continue  # both largest sizes in one class: that class's row is this comparison
             best_rec = max((r for r in tgt_space.values() if r.status == "pass"), key=lambda r: r.items_per_s or 0.0,

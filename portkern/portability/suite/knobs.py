@@ -97,10 +97,11 @@ def config_origin(kernel: str, b: Backend, config: dict[str, Any] | None = None,
     return {k: origin for k, (_, origin) in resolved_config(kernel, b, config, steps, size).items()}
 
 
-def tune_sizes(sizes: tuple[int, ...]) -> tuple[int, ...]:
+def tune_sizes(sizes: tuple[int, ...], kernel: str | None = None) -> tuple[int, ...]:
     """The sizes of a kernel's ladder that a tune search times: one per size class it reaches (the
-    largest in each, portkern.tuning.sizes_per_class), ascending, so each class gets its own default."""
-    return tuple(sorted(tuning.sizes_per_class(sizes).values()))
+    largest in each, portkern.tuning.sizes_per_class; a scan's class counts its columns, given ``kernel``),
+    ascending, so each class gets its own default."""
+    return tuple(sorted(tuning.sizes_per_class(sizes, kernel).values()))
 
 
 def all_configs(kernel: str, b: Backend, steps: int = ROLLOUT_T) -> list[dict[str, Any]]:
