@@ -14,6 +14,16 @@ GENERATED = ("pk_params.h",)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_.]+)"\s*$', re.MULTILINE)
 
 
+#: Each API's name in messages, and its env kernels' file suffix.
+API_NAMES = {"opencl": ("OpenCL", ".cl"), "cuda": ("CUDA C", ".cu")}
+
+
+class KernelSourceMissing(NotImplementedError):
+    """An env's kernel source does not exist for one API (yet): the env runs on the reference and the
+    array-API backends only. The message names the env, the API and the file; the backends raise the
+    subclass :class:`portkern.backends.EnvKernelMissing` at ``make``."""
+
+
 def kernel_dir(api: str) -> Path:
     """Directory of one API's kernel sources: ``portkern/kernels/<api>`` in a wheel, ``kernels/<api>`` in a checkout."""
     if api not in _APIS:
@@ -38,6 +48,11 @@ def load_source(api: str, filename: str) -> str:
     directory = kernel_dir(api)
     path = directory / filename
     if not path.is_file():
+        from .envs import KERNEL_OWNERS
+
+        owner = KERNEL_OWNERS.get(Path(filename).stem)
+        if owner is not None and filename.endswith(API_NAMES[api][1]):  # an env that has no kernel here yet
+            raise KernelSourceMissing(missing_source(owner, api, *reversed(API_NAMES[api])))
         raise FileNotFoundError(f"kernel source {path} does not exist")
     seen: set[str] = set()
 
@@ -54,6 +69,14 @@ def load_source(api: str, filename: str) -> str:
         return _INCLUDE.sub(repl, text)
 
     return expand(path.read_text())
+
+
+def missing_source(spec, api: str, suffix: str, api_name: str) -> str | None:
+    """Why ``spec``'s env has no ``api`` kernel (its source file ``kernels/<api>/<kernel><suffix>`` does
+    not exist: "Chain-v0 has no OpenCL kernel yet (kernels/opencl/chain.cl)"), or None when it has one."""
+    if (kernel_dir(api) / f"{spec.kernel}{suffix}").is_file():
+        return None
+    return f"{spec.id} has no {api_name} kernel yet (kernels/{api}/{spec.kernel}{suffix})"
 
 
 def params_header() -> str:

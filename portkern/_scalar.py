@@ -465,6 +465,13 @@ HOST_LOOP_MAX_ENVS = 16
 _SUPPORTED: dict[tuple[str, str], bool] = {}
 
 
+def scalar_engine_runs(env_id: str) -> bool:
+    """Whether the scalar engine can run ``env_id`` at all: it steps one env at its declared sizes with one
+    int or float action, so an env with structural keywords or a wider Box takes the array path."""
+    spec = envs.get(env_id)
+    return not spec.structure and spec.action_dim == 1
+
+
 def supports_scalar_path(env_id: str, dtype: str | np.dtype = "float32") -> bool:
     """Whether ``env_id`` runs on scalars exactly as its batch does, checked once per env and dtype.
 
@@ -476,6 +483,8 @@ def supports_scalar_path(env_id: str, dtype: str | np.dtype = "float32") -> bool
 
     dtype = np.dtype(dtype)
     key = (env_id, dtype.name)
+    if not scalar_engine_runs(env_id):
+        return False
     if key not in _SUPPORTED:
         spec = envs.get(env_id)
         try:

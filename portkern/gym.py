@@ -104,10 +104,13 @@ def _check_options(options: dict[str, Any] | None) -> None:
         raise ValueError(f"options: not supported by portkern envs, got keys {sorted(options)}")
 
 
-def _env_kwargs(env_id: str, kwargs: dict[str, Any], who: str) -> str:
-    """Check what Gymnasium forwards to the vector entry point (``max_episode_steps``); the bare id."""
+def _env_kwargs(env_id: str, kwargs: dict[str, Any], who: str) -> tuple[str, dict[str, int]]:
+    """Check what Gymnasium forwards to the vector entry point (``max_episode_steps``, the env's structural
+    keywords such as ``links=3``); the bare id and the structural keywords (checked)."""
     env_id = env_id.removeprefix(f"{NAMESPACE}/")
     spec = envs.get(env_id)
+    structure = {s.name: kwargs.pop(s.name) for s in spec.structure if s.name in kwargs}
+    spec = spec.with_structure(**structure)
     limit = kwargs.pop("max_episode_steps", spec.max_episode_steps)
     if limit != spec.max_episode_steps:
         raise ValueError(
@@ -119,7 +122,7 @@ def _env_kwargs(env_id: str, kwargs: dict[str, Any], who: str) -> str:
         )
     if kwargs:
         raise TypeError(f"{who}: unexpected keyword arguments {sorted(kwargs)}")
-    return env_id
+    return env_id, structure
 
 
 class PortkernVectorEnv(_GymVectorEnv):
@@ -263,10 +266,12 @@ class PortkernEnv(gymnasium.Env):
         max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        env_id = _env_kwargs(env_id, kwargs, "PortkernEnv")
-        spec = envs.get(env_id)
+        env_id, structure = _env_kwargs(env_id, kwargs, "PortkernEnv")
+        spec = envs.get(env_id, **structure)
         self.render_mode = render.check_render_mode(render_mode, env_id)
-        self.metadata = {**type(self).metadata, "render_fps": render.render_fps(env_id)}
+        # An env without a Gymnasium renderer (a portkern-only env such as Chain-v0) offers no render mode.
+        modes = type(self).metadata["render_modes"] if render.gymnasium_twin(env_id) in render.RENDER_FPS else []
+        self.metadata = {**type(self).metadata, "render_fps": render.render_fps(env_id), "render_modes": modes}
         host = _host_path(backend, env_id, dtype)
         if host:
             if device not in (None, "cpu", "host"):
@@ -280,13 +285,14 @@ class PortkernEnv(gymnasium.Env):
                     f"the numpy backend takes any limit, and a TimeLimit wrapper can shorten episodes"
                 )
             self.env = step.make(env_id, 1, backend=backend, device=device, seed=0, dtype=dtype,
-                                 autoreset="next_step", params=params)  # fmt: skip
+                                 autoreset="next_step", params=params, **structure)  # fmt: skip
         self._scalar = host
         self.observation_space = self.env.single_observation_space if not host else _single_obs_space(self.env)
         self.action_space = _single_action_space(spec)
         if spec.is_discrete:
             self._n_actions = spec.discrete_actions
         self._discrete = spec.is_discrete
+        self._action_dim = spec.action_dim
         self._renderer = (
             None if self.render_mode is None else render.Renderer(env_id, self.render_mode, self.env.params)
         )
@@ -315,7 +321,7 @@ class PortkernEnv(gymnasium.Env):
         if self._scalar:
             obs, reward, terminated, truncated = self.env.step(a)
         else:
-            o, r, te, tr = self.env.step(np.reshape(a, (1,)))
+            o, r, te, tr = self.env.step(np.reshape(a, (1,) if self._action_dim == 1 else (1, self._action_dim)))
             obs, reward = self._host(o)[0], self._host(r)[0]
             terminated, truncated = bool(self._host(te)[0]), bool(self._host(tr)[0])
         if self._renderer is not None:
@@ -336,6 +342,14 @@ class PortkernEnv(gymnasium.Env):
                     f"action: expected an int in [0, {self._n_actions}) ({self.action_space}), got {action!r}"
                 )
             return int(a)
+        if self._action_dim > 1:  # a Box of several components: a finite float array of shape (A,)
+            a = np.asarray(action)
+            if a.dtype.kind != "f" or a.shape != self.action_space.shape or not np.isfinite(a).all():
+                raise ValueError(
+                    f"action: expected a finite float array of shape {self.action_space.shape} "
+                    f"({self.action_space}), got {action!r}"
+                )
+            return a.astype(np.float32)
         if type(action) is np.ndarray and action.dtype is _F32 and action.shape == (1,):
             v = action[0]  # Box.sample() and most policies' output: float32, shape (1,)
         else:
@@ -385,7 +399,7 @@ def _single_action_space(spec):
     if spec.is_discrete:
         return gymnasium.spaces.Discrete(spec.discrete_actions)
     high = np.float32(spec.action_high)
-    return gymnasium.spaces.Box(-high, high, shape=(1,), dtype=np.float32)
+    return gymnasium.spaces.Box(-high, high, shape=(spec.action_dim,), dtype=np.float32)
 
 
 def make_vec(
@@ -411,7 +425,7 @@ def make_vec(
     limit, which the kernels count to). ``render_mode="rgb_array"`` makes ``render()`` return one frame
     per env.
     """
-    env_id = _env_kwargs(env_id, kwargs, "make_vec")
+    env_id, structure = _env_kwargs(env_id, kwargs, "make_vec")
     mode = _autoreset_arg(autoreset, autoreset_mode)
     if seed is None:
         seed = int(np.random.SeedSequence().generate_state(1)[0])
@@ -423,7 +437,7 @@ def make_vec(
     else:
         env = step.make(
             env_id, num_envs, backend=backend, device=device, seed=seed, dtype=dtype,
-            autoreset=mode, params=params,
+            autoreset=mode, params=params, **structure,
         )  # fmt: skip
     return PortkernVectorEnv(env, render_mode=render_mode)
 

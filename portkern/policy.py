@@ -33,7 +33,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class RandomPolicy(Policy):
-    """Uniform actions: discrete ``((b0 >> 8) * n) >> 24``; continuous ``high * (2u - 1)`` (float32)."""
+    """Uniform actions: discrete ``((b0 >> 8) * n) >> 24``; continuous ``high * (2u - 1)`` (float32) per
+    action component (see :func:`sample_actions` for which Philox word each component takes)."""
 
     kind: int = 0
 
@@ -41,7 +42,8 @@ class RandomPolicy(Policy):
 @dataclass(frozen=True)
 class MLPPolicy(Policy):
     """obs -> tanh(W1) -> tanh(W2) -> W3: logits (discrete, sampled by inverse CDF of the softmax)
-    or a Gaussian mean with ``log_std`` (continuous, Box-Muller), all float32.
+    or a Gaussian mean per action component with one ``log_std`` shared by all of them (continuous,
+    Box-Muller; PPO's Gaussian head shares one too), all float32.
 
     Weights are ``[in, out]`` row-major (``x @ W + b``); ``hidden`` is fixed at construction.
     """
@@ -59,7 +61,7 @@ class MLPPolicy(Policy):
     def init(cls, spec: EnvSpec, hidden: int = 64, seed: int = 0, scale: float = 1.0) -> MLPPolicy:
         """Random weights (Gaussian, 1/sqrt(fan-in)) for ``spec``'s observation and action sizes."""
         g = np.random.default_rng(seed)
-        out = spec.discrete_actions if spec.is_discrete else 1
+        out = _out_dim(spec)
 
         def layer(i: int, o: int) -> tuple[np.ndarray, np.ndarray]:
             w = (g.normal(size=(i, o)) * scale / np.sqrt(i)).astype(np.float32)
@@ -104,7 +106,7 @@ class MLPPolicy(Policy):
         return int(self.w1.shape[1])
 
     def check(self, spec: EnvSpec) -> None:
-        out = spec.discrete_actions if spec.is_discrete else 1
+        out = _out_dim(spec)
         if self.w1.shape[0] != spec.obs_dim or self.w3.shape[1] != out:
             raise ValueError(
                 f"policy: {spec.id} needs an MLP from {spec.obs_dim} observations to {out} outputs, "
@@ -123,6 +125,26 @@ class MLPPolicy(Policy):
         return np.concatenate([a.ravel() for a in (self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.log_std)])
 
 
+def _out_dim(spec: EnvSpec) -> int:
+    """The MLP's outputs for ``spec``: one logit per discrete action, or one mean per Box component."""
+    return spec.discrete_actions if spec.is_discrete else spec.action_dim
+
+
+def _policy_bits(seed: int, n: int, episodes: np.ndarray, steps: np.ndarray, block: int) -> np.ndarray:
+    """[N, 4] uint32: Philox key (seed, env), counter (episode, step, STREAM_POLICY, block). ``block`` is 0
+    for every draw of a 1-wide action (rng.draw's counter); wider Box actions take blocks 1, 2, ... for
+    their further components."""
+    key = np.empty((n, 2), np.uint32)
+    key[:, 0] = np.uint32(seed)
+    key[:, 1] = np.arange(n, dtype=np.uint32)
+    ctr = np.empty((n, 4), np.uint32)
+    ctr[:, 0] = np.asarray(episodes, np.uint32)
+    ctr[:, 1] = np.asarray(steps).astype(np.uint32)
+    ctr[:, 2] = np.uint32(rng.STREAM_POLICY)
+    ctr[:, 3] = np.uint32(block)
+    return rng.philox4x32(ctr, key)
+
+
 def _dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     # Sequential accumulation over the input index (not BLAS's blocked order), so a kernel's
     # loop reproduces it up to tanh/exp's ulp differences.
@@ -135,8 +157,16 @@ def _dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def sample_actions(
     policy: Policy, spec: EnvSpec, obs: np.ndarray, seed: int, episodes: np.ndarray, steps: np.ndarray
 ) -> np.ndarray:
-    """Reference actions for every env: Philox key (seed, env), counter (episode, step, STREAM_POLICY, 0)."""
+    """Reference actions for every env: Philox key (seed, env), counter (episode, step, STREAM_POLICY, block).
+
+    Discrete and 1-wide Box actions ([N]) use block 0 only. A Box of ``action_dim`` A > 1 gives [N, A]:
+    the random policy's component j is ``high * symmetric`` of word ``j % 4`` of block ``j // 4``; the
+    MLP's component j is Box-Muller of words ``2 (j % 2)`` and ``2 (j % 2) + 1`` of block ``j // 2``.
+    Component 0 is therefore exactly the 1-wide draw, and a kernel draws one block per 4 (or 2) components.
+    """
     n = obs.shape[0]
+    if not spec.is_discrete and spec.action_dim > 1:
+        return _sample_box(policy, spec, obs, seed, episodes, steps)
     bits = rng.draw(seed, np.arange(n, dtype=np.uint32), episodes, rng.STREAM_POLICY, steps.astype(np.uint32))
     if isinstance(policy, RandomPolicy):
         if spec.is_discrete:
@@ -167,12 +197,37 @@ def sample_actions(
     raise TypeError(f"policy: expected a RandomPolicy or MLPPolicy, got {type(policy).__name__}")
 
 
+def _sample_box(policy: Policy, spec: EnvSpec, obs: np.ndarray, seed: int, episodes: np.ndarray,
+                steps: np.ndarray) -> np.ndarray:  # fmt: skip
+    """[N, A] actions of a Box env with action_dim A > 1 (see :func:`sample_actions` for the draws)."""
+    n, a = obs.shape[0], spec.action_dim
+    out = np.empty((n, a), np.float32)
+    if isinstance(policy, RandomPolicy):
+        for block in range(-(-a // 4)):
+            bits = _policy_bits(seed, n, episodes, steps, block)
+            for w in range(min(4, a - 4 * block)):
+                out[:, 4 * block + w] = np.float32(spec.action_high) * rng.symmetric(bits[:, w], np.float32)
+        return out
+    if isinstance(policy, MLPPolicy):
+        mean = policy.forward(obs)
+        std = np.exp(policy.log_std[0])
+        for j in range(a):
+            bits = _policy_bits(seed, n, episodes, steps, j // 2)
+            w = 2 * (j % 2)
+            u1 = np.float32(1.0) - rng.uniform(bits[:, w], np.float32)  # (0, 1]: log is finite
+            u2 = rng.uniform(bits[:, w + 1], np.float32)
+            z = np.sqrt(np.float32(-2.0) * np.log(u1)) * np.cos(TWO_PI_F32 * u2)
+            out[:, j] = mean[:, j] + std * z
+        return out
+    raise TypeError(f"policy: expected a RandomPolicy or MLPPolicy, got {type(policy).__name__}")
+
+
 @dataclass
 class RolloutBuffer:
     """Time-major device arrays a rollout writes: obs acted on, actions, rewards, flags, final obs."""
 
     obs: Any  # [T, N, obs_dim]
-    actions: Any  # [T, N] int32 or float32
+    actions: Any  # [T, N] int32 or float32; [T, N, A] float32 for a Box of action_dim A > 1
     rewards: Any  # [T, N]
     terminated: Any  # [T, N] bool
     truncated: Any  # [T, N] bool

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import envs
 from ._validate import describe, dtype_arg, dtype_of, int_arg
-from .backends import AUTORESET_MODES, Backend, EnvBuffers, backend_of, get_backend
+from .backends import AUTORESET_MODES, Backend, EnvBuffers, EnvKernelMissing, backend_of, get_backend
 from .policy import Policy, RolloutBuffer, sample_actions
 
 __all__ = ["VectorEnv", "make"]
@@ -22,6 +22,13 @@ def make(env_id: str, num_envs: int, **options: Any) -> VectorEnv:
     ``options`` are :class:`VectorEnv`'s keywords (``backend``, ``device``, ``seed``, ``dtype``, ``autoreset``,
     ``params``), declared there once with their defaults. ``params`` overrides Gymnasium's physics constants
     by name (see ``portkern.envs.ENVS[id].defaults``).
+
+    An env's structural keywords go here too, by name: ``make("Chain-v0", N, links=3)``. They are ints
+    fixed for the env's lifetime that set its sizes (state, observations, ``[N, action_dim]`` actions) and
+    are compile-time constants of its kernels (``env.spec.defines``); each has a default and a range
+    (``portkern.envs.ENVS[id].structure``). A keyword the env does not declare, a non-int or a value out of
+    range raises ValueError naming it. A kernel backend without this env's kernel source raises
+    :class:`portkern.backends.EnvKernelMissing` here, naming the env, the backend and the missing file.
     """
     return VectorEnv(env_id, num_envs, **options)
 
@@ -44,8 +51,11 @@ class VectorEnv:
         dtype: str | np.dtype = "float32",
         autoreset: str = "same_step",
         params: Mapping[str, float] | None = None,
+        **structure: int,
     ) -> None:
         self.spec = envs.get(env_id)
+        if structure:  # the env's structural keywords (links=3): its concrete, fixed-size spec
+            self.spec = self.spec.with_structure(**structure)
         self.num_envs = int_arg("num_envs", num_envs, 1, MAX_ENVS)
         self.seed = int_arg("seed", seed, 0, 2**32 - 1)
         self.dtype = dtype_arg(dtype)
@@ -56,6 +66,9 @@ class VectorEnv:
         self.autoreset = autoreset
         self.params = self.spec.resolve_params(params)
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, device)
+        missing = self.backend.missing_env_kernel(self.spec)
+        if missing is not None:  # here, at make, rather than as a file error inside the first launch
+            raise EnvKernelMissing(missing)
         if self.dtype == np.float64 and not self.backend.supports_float64:
             raise ValueError(
                 f"dtype: float64 is not supported by {self.backend.name} on {self.backend.device_name} "
@@ -78,7 +91,9 @@ class VectorEnv:
             truncated=b.zeros((n,), np.bool_),
         )
         self._act_dtype = self.spec.action_dtype
-        self._actions = b.zeros((n,), self._act_dtype)
+        #: The device action buffer as the kernels read it: [N] (discrete, or a 1-wide Box), else [N, A].
+        self._act_shape = (n,) if self.spec.action_dim == 1 else (n, self.spec.action_dim)
+        self._actions = b.zeros(self._act_shape, self._act_dtype)
 
     def _check_fits(self, n: int) -> None:
         """Reject a batch the device cannot hold before allocating anything, naming the limit."""
@@ -126,19 +141,39 @@ class VectorEnv:
         b = self._bufs
         return b.obs, b.reward, b.terminated, b.truncated
 
+    #: Steps counts whose rollout() buffer (without ``buffer=``) an env keeps, the most recent first: a
+    #: loop over a few T reuses each, one that tries every T does not hold every buffer it ever made.
+    ROLLOUT_CACHE_SIZE = 4
+
     def rollout_buffer(self, steps: int, *, host: bool = False) -> RolloutBuffer:
-        """A time-major RolloutBuffer for ``steps`` steps, on the env's device (or the host)."""
+        """A new time-major RolloutBuffer for ``steps`` steps, on the env's device (or the host), for
+        ``rollout(..., buffer=)``. Its contents are undefined until a rollout writes them (nothing is
+        filled): every path writes every element of every field, ``final_obs`` included (each step, for
+        every env, whether or not its episode ended)."""
         steps = int_arg("steps", steps, 1, 2**31 - 1)
         n, d = self.num_envs, self.spec.obs_dim
-        zeros = (lambda shape, dt: np.zeros(shape, dt)) if host else self.backend.zeros
+        empty = (lambda shape, dt: np.empty(shape, dt)) if host else self.backend.empty
         return RolloutBuffer(
-            obs=zeros((steps, n, d), self.dtype),
-            actions=zeros((steps, n), self._act_dtype),
-            rewards=zeros((steps, n), self.dtype),
-            terminated=zeros((steps, n), np.bool_),
-            truncated=zeros((steps, n), np.bool_),
-            final_obs=zeros((steps, n, d), self.dtype),
+            obs=empty((steps, n, d), self.dtype),
+            actions=empty((steps, *self._act_shape), self._act_dtype),
+            rewards=empty((steps, n), self.dtype),
+            terminated=empty((steps, n), np.bool_),
+            truncated=empty((steps, n), np.bool_),
+            final_obs=empty((steps, n, d), self.dtype),
         )
+
+    def _own_rollout_buffer(self, steps: int, host: bool) -> RolloutBuffer:
+        """rollout()'s buffer without ``buffer=``: the env's own for ``steps`` (device or host), made on the
+        first such call and rewritten by the next; the ROLLOUT_CACHE_SIZE most recently used are kept."""
+        cache: dict[tuple[int, bool], RolloutBuffer] = self.__dict__.setdefault("_rollout_cache", {})
+        key = (steps, host)
+        buf = cache.pop(key, None)
+        if buf is None:
+            buf = self.rollout_buffer(steps, host=host)
+        cache[key] = buf  # last in: the most recently used
+        while len(cache) > self.ROLLOUT_CACHE_SIZE:
+            del cache[next(iter(cache))]
+        return buf
 
     def rollout(
         self,
@@ -156,6 +191,12 @@ class VectorEnv:
         step per launch), or ``"host"`` (obs come back to the host every step, the policy runs
         there and actions go down: an off-device simulator's loop; the buffer is on the host).
         Every path gives the same result for the same seed and policy.
+
+        ``buffer``: a RolloutBuffer of ``(steps, num_envs)`` (``rollout_buffer``), written in place and
+        returned. Without it, the result is the env's own buffer for that ``steps`` (and for the host
+        path or the device), reused by the next rollout of the same ``steps`` as the env's obs buffer is
+        by the next ``step``, and as the buffer ops' outputs are: copy what you keep. Nothing is filled:
+        a rollout writes every element.
         """
         if not self._ready:
             raise RuntimeError("rollout() called before reset(): call env.reset() (or set_state()) first")
@@ -166,7 +207,7 @@ class VectorEnv:
             raise ValueError(f"path: expected 'fused', 'device' or 'host', got {path!r}")
         steps = int_arg("steps", steps, 1, 2**31 - 1)
         if buffer is None:
-            buffer = self.rollout_buffer(steps, host=path == "host")
+            buffer = self._own_rollout_buffer(steps, path == "host")
         elif buffer.steps != steps or tuple(buffer.rewards.shape) != (steps, self.num_envs):
             raise ValueError(
                 f"buffer: expected a rollout buffer for ({steps}, {self.num_envs}) steps x envs, "
@@ -253,20 +294,24 @@ class VectorEnv:
                     f"actions: expected {expected}, got values in [{host.min()}, {host.max()}]"
                 )
         else:
-            expected = f"float array (float32 or float64) of shape ({n}, 1) or ({n},) with finite values"
+            a = spec.action_dim
+            # A 1-wide Box also takes [N] (the classic-control envs' kernels read one float per env).
+            shapes = ((n,), (n, 1)) if a == 1 else ((n, a),)
+            shown = f"({n}, 1) or ({n},)" if a == 1 else f"({n}, {a})"
+            expected = f"float array (float32 or float64) of shape {shown} with finite values"
             shape = tuple(getattr(actions, "shape", ()))
-            if native and dtype_of(actions) == np.float32 and shape in ((n,), (n, 1)):
+            if native and dtype_of(actions) == np.float32 and shape in shapes:
                 if not self.backend.all_finite(actions):
                     raise ValueError(f"actions: expected {expected}, got NaN or inf")
-                return actions.reshape((n,)) if shape != (n,) else actions
+                return actions.reshape(self._act_shape) if shape != self._act_shape else actions
             host = self._host_actions(actions, expected)
             if host.dtype not in (np.float32, np.float64):
                 raise TypeError(f"actions: expected {expected}, got {describe(host)}")
-            if host.shape not in ((n,), (n, 1)):
+            if host.shape not in shapes:
                 raise ValueError(f"actions: expected {expected}, got {describe(host)}")
             if not np.isfinite(host).all():
                 raise ValueError(f"actions: expected {expected}, got NaN or inf")
-            host = host.reshape(n)
+            host = host.reshape(self._act_shape)
         self._actions = self.backend.assign(self._actions, np.ascontiguousarray(host, dtype=self._act_dtype))
         return self._actions
 
@@ -359,7 +404,7 @@ class VectorEnv:
         if self.spec.is_discrete:
             return spaces.Discrete(self.spec.discrete_actions)
         high = np.float32(self.spec.action_high)
-        return spaces.Box(-high, high, shape=(1,), dtype=np.float32)
+        return spaces.Box(-high, high, shape=(self.spec.action_dim,), dtype=np.float32)
 
     @property
     def observation_space(self):
@@ -374,8 +419,9 @@ class VectorEnv:
         return batch_space(self.single_action_space, self.num_envs)
 
     def __repr__(self) -> str:
+        structure = "".join(f", {k}={v}" for k, v in self.spec.structure_values.items())
         return (
-            f"VectorEnv({self.spec.id!r}, num_envs={self.num_envs}, backend={self.backend.name!r}, "
+            f"VectorEnv({self.spec.id!r}, num_envs={self.num_envs}{structure}, backend={self.backend.name!r}, "
             f"device={self.backend.device_name!r}, dtype={self.dtype.name!r}, autoreset={self.autoreset!r})"
         )
 

@@ -13,6 +13,8 @@ from portkern import _abi
 from portkern._kernels import kernel_dir
 from portkern.envs import ENVS
 
+from .test_env_sources import PENDING_KERNELS
+
 README = Path(__file__).resolve().parent.parent / "kernels" / "README.md"
 #: How each language spells the declaration's language-neutral types (see portkern/_abi.py).
 _ACC = {"opencl": "REAL", "cuda": "double", "readme": "ACC"}
@@ -99,7 +101,9 @@ def test_every_kernel_entry_point_matches_the_declared_abi(api):
     assert found, f"no entry points found in kernels/{api}"
     for name, args in found.items():
         assert args == _declared(name, api), f"kernels/{api}: {name} disagrees with portkern/_abi.py"
-    for spec in ENVS.values():  # every env has its three entry points in every API
+    for spec in ENVS.values():  # every env has its three entry points in every API (but where it is pending)
+        if api in PENDING_KERNELS.get(spec.id, ()):
+            continue
         for what in _abi.ENV_ENTRIES:
             assert _abi.env_entry(spec.kernel, what) in found, f"kernels/{api}: no {spec.kernel} {what} entry"
 
@@ -123,6 +127,8 @@ def test_numba_env_kernels_take_the_declared_arguments():
     from portkern.backends import _numba
 
     for spec in ENVS.values():
+        if "numba" in PENDING_KERNELS.get(spec.id, ()):
+            continue
         k = _numba.env_kernels(spec, np.dtype(np.float32))
         for what in _abi.ENV_ENTRIES:
             fn = getattr(k, what).py_func

@@ -73,8 +73,10 @@ def test_all_kernel_files_present() -> None:
     # One .cu per registered env (tests/test_env_sources.py checks each is complete) and per buffer op.
     from portkern.envs import ENVS
 
+    from .test_env_sources import PENDING_KERNELS
+
     stems = {Path(s).stem for s in SOURCES}
-    assert {spec.kernel for spec in ENVS.values()} <= stems
+    assert {spec.kernel for spec in ENVS.values() if "cuda" not in PENDING_KERNELS.get(spec.id, ())} <= stems
     assert {"gae", "discounted_returns", "normalize", "gather", "mlp"} <= stems  # the buffer ops and the policy
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,22 @@ from portkern.envs.base import Param
 ENV_IDS = list(envs.ENVS)
 #: One env per kernel: the env whose module owns the kernel files (variants reuse them).
 KERNEL_ENV_IDS = [spec.id for spec in envs.KERNEL_OWNERS.values()]
+#: Envs registered before their kernels are written, and the kernel APIs they still lack: make() on one of those
+#: backends raises EnvKernelMissing, the shared tests skip it with that reason, and the tests below skip it here.
+#: Chain-v0 (issue 22) runs on the array-API backends (numpy, torch, torch_compile, jax) so far.
+PENDING_KERNELS: dict[str, tuple[str, ...]] = {"Chain-v0": ("opencl", "cuda", "numba")}
+#: Where each API keeps an env's kernels, by the env's kernel stem.
+KERNEL_FILES = {"opencl": lambda stem: kernel_dir("opencl") / f"{stem}.cl",
+                "cuda": lambda stem: kernel_dir("cuda") / f"{stem}.cu",
+                "numba": lambda stem: Path(importlib.import_module("portkern.backends._numba").__file__).parent
+                / f"{stem}.py"}  # fmt: skip
+
+
+def skip_pending(env_id: str, api: str) -> None:
+    if api in PENDING_KERNELS.get(env_id, ()):
+        pytest.skip(f"{env_id} has no {api} kernels yet (PENDING_KERNELS)")
+
+
 #: Every params struct a kernel source names (pk_<stem>_params).
 STRUCT_REF = re.compile(r"\bpk_(\w+?)_params\b")
 #: A param read by position: p[3], kp[10], params[2] (what the redesign removed everywhere).
@@ -44,9 +61,19 @@ def test_every_env_module_loads():
     )
 
 
+@pytest.mark.parametrize("api", list(KERNEL_FILES))
+def test_an_env_lacks_kernels_exactly_where_it_is_pending(api):
+    # A forgotten kernel fails here by name; a pending list left behind once the kernels exist fails too.
+    missing = {env_id for env_id in KERNEL_ENV_IDS if not KERNEL_FILES[api](envs.get(env_id).kernel).is_file()}
+    pending = {env_id for env_id, apis in PENDING_KERNELS.items() if api in apis}
+    assert missing == pending, f"{api}: kernels missing for {sorted(missing - pending)}; " \
+                               f"pending but present: {sorted(pending - missing)}"
+
+
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 @pytest.mark.parametrize("api", ["opencl", "cuda"])
 def test_kernel_source_reads_its_own_params_struct(env_id, api):
+    skip_pending(env_id, api)
     spec = envs.get(env_id)
     path = kernel_dir(api) / f"{spec.kernel}.{'cl' if api == 'opencl' else 'cu'}"
     text = path.read_text()
@@ -82,6 +109,7 @@ def _env_source(backend: str, env_id: str, suffix: str) -> tuple:
 
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_opencl_source_generates_the_three_entry_points(env_id):
+    skip_pending(env_id, "opencl")
     spec, path, text = _env_source("opencl", env_id, ".cl")
     assert re.search(rf"#define\s+ENV_NAME\s+{spec.kernel}\b", text), f"{path.name}: ENV_NAME is not {spec.kernel}"
     assert '#include "pk_env.h"' in text, f"{path.name} does not include the entry-point template pk_env.h"
@@ -90,12 +118,14 @@ def test_opencl_source_generates_the_three_entry_points(env_id):
 
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_cuda_source_generates_the_three_entry_points(env_id):
+    skip_pending(env_id, "cuda")
     spec, path, text = _env_source("cuda", env_id, ".cu")
     assert re.search(rf"PK_ENV_KERNELS\(\s*{spec.kernel}\s*,", text), f"{path.name}: no PK_ENV_KERNELS({spec.kernel}, ...)"
 
 
 @pytest.mark.parametrize("env_id", KERNEL_ENV_IDS)
 def test_numba_module_exists(env_id):
+    skip_pending(env_id, "numba")
     spec = envs.get(env_id)
     importlib.import_module(f"portkern.backends._numba.{spec.kernel}")
 

@@ -20,7 +20,8 @@ from portkern import _scalar  # noqa: E402
 from portkern._scalar import FAST_STEPS, ScalarEnv, supports_scalar_path  # noqa: E402
 from portkern.gym import PortkernEnv  # noqa: E402
 
-ENV_IDS = sorted(portkern.envs.ENVS)
+#: The envs the scalar engine runs: one env at its declared sizes, one action (not Chain-v0's K-wide Box).
+ENV_IDS = sorted(e for e in portkern.envs.ENVS if _scalar.scalar_engine_runs(e))
 # Every env on the reference-on-scalars path, and the specialised steps where an env has one.
 PATHS = [(e, False) for e in ENV_IDS] + [(e, True) for e in ENV_IDS if portkern.envs.get(e).kernel in FAST_STEPS]
 
@@ -254,6 +255,14 @@ def test_more_envs_than_the_host_loop_takes_use_the_array_batch() -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_env_passes_the_scalar_path_check(dtype) -> None:
     assert all(supports_scalar_path(e, dtype) for e in ENV_IDS)
+
+
+def test_an_env_the_scalar_engine_cannot_run_gets_the_array_path() -> None:
+    from portkern.gym import make_vec
+
+    assert not _scalar.scalar_engine_runs("Chain-v0") and not supports_scalar_path("Chain-v0")
+    env = make_vec("Chain-v0", 2, seed=0, links=4)
+    assert isinstance(env.env, pk_step.VectorEnv) and env.action_space.shape == (2, 4)
 
 
 def test_an_env_failing_the_scalar_path_check_gets_the_array_path(monkeypatch) -> None:

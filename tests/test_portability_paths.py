@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from portkern.backends import get_backend
+from portkern.envs import ENVS
 from portkern.portability import metrics, report, suite
 from portkern.runs import Run, load_run
 
@@ -66,7 +67,7 @@ def test_report_device_hours_follow_from_the_measured_rate(rep: dict, run: Run) 
 
 # ---- the suite's rollout cases ------------------------------------------------------------------
 def test_rollout_kernels_cover_every_env_and_path_and_the_cartpole_mlp() -> None:
-    assert len(suite.ROLLOUT_KERNELS) == 5 * 3 + 3 and "rollout:CartPole-v1:fused:mlp" in suite.ROLLOUT_KERNELS
+    assert len(suite.ROLLOUT_KERNELS) == len(ENVS) * 3 + 3 and "rollout:CartPole-v1:fused:mlp" in suite.ROLLOUT_KERNELS
     assert suite.rollout_kernel("rollout:Acrobot-v1:device") == suite.RolloutKernel("Acrobot-v1", "device", "random")
 
 

@@ -131,3 +131,99 @@ def test_mlp_weights_must_be_float32():
     p = MLPPolicy.init(envs.get("CartPole-v1"))
     with pytest.raises(TypeError, match="w1: expected a float32"):
         MLPPolicy(p.w1.astype(np.float64), p.b1, p.w2, p.b2, p.w3, p.b3)
+
+
+# ---- the rollout's buffer: the env's own without buffer=, written in full ----------------------------
+def _twins(backend, n, seed=3):
+    """Two envs in the same state: one runs the rollouts under test, the other the references."""
+    out = []
+    for _ in range(2):
+        env = step.make("CartPole-v1", n, backend=backend, seed=seed)
+        env.reset()
+        env.set_state(steps=np.full(n, env.spec.max_episode_steps - 2))  # cross an episode boundary
+        out.append(env)
+    return out
+
+
+def _assert_same(got, want):
+    for name in FIELDS:
+        np.testing.assert_array_equal(np_(getattr(got, name)), np_(getattr(want, name)), err_msg=name)
+
+
+#: T of these rollouts: _rollout's, so that a backend compiling per shape (jax) compiles it once per session.
+_T = 12
+
+
+def _reuse_check(backend, path):
+    env, twin = _twins(backend, small_n(backend))
+    host = path == "host"
+    first = env.rollout(_T, RandomPolicy(), path=path)
+    arrays = {name: getattr(first, name) for name in FIELDS}
+    _assert_same(first, twin.rollout(_T, RandomPolicy(), twin.rollout_buffer(_T, host=host), path=path))
+    second = env.rollout(_T, RandomPolicy(), path=path)
+    assert second is first  # the same buffer, rewritten: copy what you keep
+    if host or not backend.immutable_arrays:  # written in place: no array allocated by the second call
+        assert all(getattr(second, name) is a for name, a in arrays.items())
+    # the contents are those of a rollout into a fresh buffer, the episodes continuing
+    _assert_same(second, twin.rollout(_T, RandomPolicy(), twin.rollout_buffer(_T, host=host), path=path))
+
+
+def test_a_rollout_without_buffer_reuses_the_envs_own_buffer(backend):
+    _reuse_check(backend, "fused")  # the kernel path of every backend; the host path's loop is one for all
+
+
+def test_a_host_path_rollout_without_buffer_reuses_the_envs_own_host_buffer():
+    _reuse_check(step.make("CartPole-v1", 1).backend, "host")
+
+
+def test_the_envs_own_buffers_are_per_steps_and_the_most_recent_are_kept():
+    env = step.make("CartPole-v1", 4)
+    env.reset()
+    five = env.rollout(5, RandomPolicy())
+    assert env.rollout(3, RandomPolicy()) is not five
+    assert env.rollout(5, RandomPolicy()) is five  # another T in between: each T keeps its own
+    assert env.rollout(5, RandomPolicy(), path="host") is not five  # the host path's buffer is the host's
+    for t in range(6, 6 + env.ROLLOUT_CACHE_SIZE):  # as many other T as are kept: T = 5 is dropped
+        env.rollout(t, RandomPolicy())
+    again = env.rollout(5, RandomPolicy())
+    assert again is not five and again.steps == 5
+
+
+def test_a_buffer_given_is_written_and_the_envs_own_left_alone():
+    backend = step.make("CartPole-v1", 1).backend  # which buffer is written is decided before any backend runs
+    env, twin = _twins(backend, small_n(backend))
+    own = env.rollout(4, RandomPolicy())
+    kept = {name: np_(getattr(own, name)).copy() for name in FIELDS}
+    mine = env.rollout_buffer(4)
+    got = env.rollout(4, RandomPolicy(), mine)
+    assert got is mine
+    for name in FIELDS:  # the env's own buffer still holds the first rollout
+        np.testing.assert_array_equal(np_(getattr(own, name)), kept[name], err_msg=name)
+    twin.rollout(4, RandomPolicy())
+    _assert_same(mine, twin.rollout(4, RandomPolicy()))
+
+
+def test_a_rollout_writes_every_element_of_an_unfilled_buffer(backend):
+    _unfilled_check(backend, "fused")  # every backend's rollout kernel
+
+
+def test_a_host_path_rollout_writes_every_element_of_an_unfilled_buffer():
+    _unfilled_check(step.make("CartPole-v1", 1).backend, "host")
+
+
+def _unfilled_check(backend, path):
+    # rollout_buffer() and the env's own buffers are not filled: each field, final_obs included (every
+    # step, whether or not an episode ended), must come out of the rollout whatever the memory held.
+    env, twin = _twins(backend, small_n(backend))
+    host = path == "host"
+    dirty = env.rollout_buffer(_T, host=host)
+    for name in FIELDS:
+        a = np_(getattr(dirty, name))
+        junk = np.full(a.shape, True if a.dtype == np.bool_ else 7, a.dtype)
+        if a.dtype.kind == "f":
+            junk[...] = np.nan
+        setattr(dirty, name, junk if host else env.backend.from_host(junk))
+    got = env.rollout(_T, RandomPolicy(), dirty, path=path)
+    want = twin.rollout(_T, RandomPolicy(), path=path)
+    assert np_(want.terminated).any() or np_(want.truncated).any()  # an episode ended on the way
+    _assert_same(got, want)

@@ -318,7 +318,7 @@ def test_the_reference_runs_on_tensors(env_id):
     spec = envs.get(env_id)
     g = np.random.default_rng(1)
     states = spec.parity_states(g, 600)
-    actions = spec.random_actions(g, 600)[..., 0] if not spec.is_discrete else spec.random_actions(g, 600)
+    actions = spec.random_actions(g, 600)[..., 0] if spec.action_dim == 1 and not spec.is_discrete else spec.random_actions(g, 600)
     kp = spec.param_vector(spec.defaults, np.float64)
     want = spec.step(tuple(states.T), actions, kp)
     p = ParamView(spec.field_names, torch.from_numpy(kp.as_array()), kp.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import AUTORESET_MODES, OPS, Backend, BackendUnavailable, EnvBuffers, Probe, Unsupported
+from .base import AUTORESET_MODES, OPS, Backend, BackendUnavailable, EnvBuffers, EnvKernelMissing, Probe, Unsupported
 from .registry import BackendRecord, backend_of, backends, extras, get_backend, names, probe, register
 
 
@@ -16,5 +16,5 @@ def __getattr__(attr: str) -> Any:
 
 __all__ = [
     "AUTORESET_MODES", "OPS", "Backend", "BackendRecord", "BackendUnavailable", "EnvBuffers", "KNOWN",
-    "Probe", "Unsupported", "backend_of", "backends", "extras", "get_backend", "names", "probe", "register",
+    "EnvKernelMissing", "Probe", "Unsupported", "backend_of", "backends", "extras", "get_backend", "names", "probe", "register",
 ]  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import _abi
-from .._kernels import load_source
+from .._kernels import load_source, missing_source
 from ..envs.base import EnvSpec
 from ._cuda_common import MAX_PARTIALS
 from .base import AUTORESET_MODES, Backend, EnvBuffers
@@ -81,10 +81,14 @@ class CudaKernels(Backend):
             self._run(fn, (work_items + block - 1) // block, block, args)
 
     # ---- environments ------------------------------------------------------------------------
+    @classmethod
+    def missing_env_kernel(cls, spec: EnvSpec) -> str | None:
+        return missing_source(spec, "cuda", ".cu", "CUDA C")
+
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
         name = _abi.env_entry(spec.kernel, "reset")
-        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options)
         values = {"params": self._device_params(params), "seed": seed,
                   "fresh": int(bool(fresh)), "n": n}  # fmt: skip
         self._launch(fn, n, _abi.pack(name, values, _same, params.dtype, env=bufs))
@@ -92,9 +96,9 @@ class CudaKernels(Backend):
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
         # The hot path: VectorEnv made the buffers, so only the actions are checked here.
         n = int(bufs.steps.shape[0])
-        actions = self._actions_on_device(actions, n, spec.action_dtype)
+        actions = self._actions_on_device(actions, n, spec.action_dtype, spec.action_dim)
         name = _abi.env_entry(spec.kernel, "step")
-        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options)
         values = {"actions": actions, "params": self._device_params(params), "seed": seed,
                   "max_steps": max_steps, "autoreset_mode": AUTORESET_MODES[autoreset], "n": n}  # fmt: skip
         self._launch(fn, n, _abi.pack(name, values, _same, params.dtype, env=bufs))
@@ -105,7 +109,7 @@ class CudaKernels(Backend):
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps = out.steps
         name = _abi.env_entry(spec.kernel, "rollout")
-        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype)
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options)
         pack = _abi.packer(name, _same, params.dtype)
         args = list(pack({**_abi.rollout_values(out), "params": self._device_params(params),
                           "policy": policy_params, "policy_kind": policy.kind, "hidden": hidden, "seed": seed,

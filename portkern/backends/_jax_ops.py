@@ -198,6 +198,8 @@ def sample_actions(kind: int, spec: EnvSpec, obs: Any, flat: Any, hidden: int, s
                    steps: Any) -> Any:  # fmt: skip
     """:func:`portkern.policy.sample_actions`: Philox (seed, env; episode, step, STREAM_POLICY, 0)."""
     n = obs.shape[0]
+    if not spec.is_discrete and spec.action_dim > 1:
+        return _sample_box(kind, spec, obs, flat, hidden, seed, episodes, steps)
     bits = draw(seed, jnp.arange(n, dtype=_U32), episodes, rng.STREAM_POLICY, steps.astype(_U32))
     f32 = jnp.float32
     if kind == 0:
@@ -223,6 +225,35 @@ def sample_actions(kind: int, spec: EnvSpec, obs: Any, flat: Any, hidden: int, s
     u2 = uniform(bits[1], f32)
     z = jnp.sqrt(f32(-2.0) * jnp.log(u1)) * jnp.cos(f32(TWO_PI_F32) * u2)
     return out[:, 0] + jnp.exp(flat[-1]) * z
+
+
+def _sample_box(kind: int, spec: EnvSpec, obs: Any, flat: Any, hidden: int, seed: Any, episodes: Any,
+                steps: Any) -> Any:  # fmt: skip
+    """[N, A] actions of a Box of action_dim A > 1: component j from Philox block j // 4 (random) or
+    j // 2 (MLP), the 4th counter word, as :func:`portkern.policy.sample_actions` draws them."""
+    n, a, f32 = obs.shape[0], spec.action_dim, jnp.float32
+    ep = jnp.asarray(episodes, _U32)
+    zeros = jnp.zeros_like(ep)
+    counter = (ep, steps.astype(_U32) + zeros, zeros + _U32(rng.STREAM_POLICY))
+    key = (jnp.asarray(seed, _U32) + zeros, jnp.arange(n, dtype=_U32))
+
+    def block(b: int):
+        return philox4x32((*counter, zeros + _U32(b)), *key)
+
+    cols = []
+    if kind == 0:
+        for b in range(-(-a // 4)):
+            bits = block(b)
+            cols += [jnp.asarray(spec.action_high, f32) * symmetric(bits[w], f32) for w in range(min(4, a - 4 * b))]
+        return jnp.stack(cols, axis=1)
+    mean, std = mlp_forward(flat, obs, hidden, a), jnp.exp(flat[-1])
+    for j in range(a):
+        bits = block(j // 2) if j % 2 == 0 else bits
+        w = 2 * (j % 2)
+        u1 = f32(1.0) - uniform(bits[w], f32)  # (0, 1]: log is finite
+        z = jnp.sqrt(f32(-2.0) * jnp.log(u1)) * jnp.cos(f32(TWO_PI_F32) * uniform(bits[w + 1], f32))
+        cols.append(mean[:, j] + std * z)
+    return jnp.stack(cols, axis=1)
 
 
 def rollout(spec: EnvSpec, values: Any, env: Env, kind: int, flat: Any, hidden: int, seed: Any, steps: int,

@@ -200,6 +200,8 @@ def mlp_forward(flat: torch.Tensor, obs: torch.Tensor, hidden: int, out_dim: int
 def sample_actions(kind: int, spec: EnvSpec, obs, flat, hidden: int, seed: Word, episodes, steps,
                    env_index: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """:func:`portkern.policy.sample_actions` in tensor ops: Philox (seed, env; episode, step, STREAM_POLICY, 0)."""
+    if not spec.is_discrete and spec.action_dim > 1:
+        return _sample_box(kind, spec, obs, flat, hidden, seed, episodes, steps, env_index)
     bits = draw(seed, env_index, episodes.to(torch.int64), rng.STREAM_POLICY, steps.to(torch.int64))
     if kind == 0:
         if spec.is_discrete:
@@ -225,6 +227,31 @@ def sample_actions(kind: int, spec: EnvSpec, obs, flat, hidden: int, seed: Word,
     u2 = uniform(bits[1], torch.float32)
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(float(TWO_PI_F32) * u2)
     return out[:, 0] + torch.exp(flat[-1]) * z
+
+
+def _sample_box(kind: int, spec: EnvSpec, obs, flat, hidden: int, seed: Word, episodes, steps,
+                env_index: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """[N, A] actions of a Box of action_dim A > 1: component j from Philox block j // 4 (random) or
+    j // 2 (MLP), the 4th counter word, as :func:`portkern.policy.sample_actions` draws them."""
+    a, ep, st = spec.action_dim, episodes.to(torch.int64), steps.to(torch.int64)
+
+    def block(b: int):
+        return philox4x32((ep, st, rng.STREAM_POLICY, b), seed, env_index)
+
+    cols = []
+    if kind == 0:
+        for b in range(-(-a // 4)):
+            bits = block(b)
+            cols += [float(spec.action_high) * symmetric(bits[w], torch.float32) for w in range(min(4, a - 4 * b))]
+        return torch.stack(cols, dim=1)
+    mean, std = mlp_forward(flat, obs, hidden, a), torch.exp(flat[-1])
+    for j in range(a):
+        bits = block(j // 2) if j % 2 == 0 else bits
+        w = 2 * (j % 2)
+        u1 = 1.0 - uniform(bits[w], torch.float32)  # (0, 1]: log is finite
+        z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(float(TWO_PI_F32) * uniform(bits[w + 1], torch.float32))
+        cols.append(mean[:, j] + std * z)
+    return torch.stack(cols, dim=1)
 
 
 # ---- rollout buffer ops ([T, N], time-major) ----------------------------------------------------
@@ -332,10 +359,13 @@ def normalize(x, out, eps: float, acc_dtype: torch.dtype | None) -> None:
     """``numpy.normalize``: mean and population std of x cast to ``acc_dtype``, or (None) of x itself,
     in ATen's all-element reductions (a float32 x on CPU: the mean a cascade sum, the variance
     accumulated in float64 around it). ``out`` may be x: the statistics come first."""
-    xa = x if acc_dtype is None else x.to(acc_dtype)
-    mean, std = xa.mean(), xa.std(correction=0)
-    torch.sub(x, mean.to(x.dtype), out=out)
-    out.div_(std.to(x.dtype) + eps)
+    if acc_dtype is None:  # no casts at all: the public call's whole cost is these four ops at small sizes
+        mean, std = x.mean(), x.std(correction=0)
+    else:
+        xa = x.to(acc_dtype)
+        mean, std = xa.mean().to(x.dtype), xa.std(correction=0).to(x.dtype)
+    torch.sub(x, mean, out=out)
+    out.div_(std + eps)
 
 
 def gather(x, indices, out) -> None:

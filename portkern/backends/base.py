@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._kernels import source_hash
+from .._kernels import KernelSourceMissing, source_hash
 from .._validate import dtype_of
 from ..envs.base import EnvSpec
 from ..tuning import Resolved
@@ -49,6 +49,11 @@ class EnvBuffers:
 
 class Unsupported(NotImplementedError):
     """An op this backend does not implement; it counts 0 in the functional matrix, with this reason."""
+
+
+class EnvKernelMissing(Unsupported, KernelSourceMissing):
+    """A kernel backend has no kernel source for this env (raised by ``make``, naming the env, the
+    backend's API and the missing file): the env runs on the reference and array-API backends only."""
 
 
 #: The ops of the contract. A backend implements what it can; the rest report unsupported.
@@ -200,6 +205,15 @@ class Backend(abc.ABC):
         name); backends that drive one kind only may keep this default."""
         return "cpu"
 
+    @classmethod
+    def missing_env_kernel(cls, spec: EnvSpec) -> str | None:
+        """Why this backend cannot run ``spec``'s env kernels (its kernel source does not exist for this
+        API: "Chain-v0 has no OpenCL kernel yet (kernels/opencl/chain.cl)"), or None when it can.
+
+        Here None: a backend that runs the reference (numpy, torch, jax) runs every env. Kernel backends
+        override it with where their sources live; ``make`` calls it before allocating anything."""
+        return None
+
     def memory_limits(self) -> tuple[int | None, int | None] | None:
         """(largest single allocation, total memory) of the device in bytes, or None if unbounded/unknown."""
         return None
@@ -262,14 +276,16 @@ class Backend(abc.ABC):
             prg = _PROGRAMS[key] = build()
         return prg
 
-    def _actions_on_device(self, actions: Any, n: int, dtype: np.dtype) -> Any:
-        """Native actions are checked and used as they are; host ones go through a staging buffer."""
+    def _actions_on_device(self, actions: Any, n: int, dtype: np.dtype, width: int = 1) -> Any:
+        """Native actions are checked and used as they are; host ones go through a staging buffer.
+        ``width`` is the Box action's ``action_dim``: [N] when 1, else [N, width] row-major."""
+        shape = (n,) if width == 1 else (n, width)
         if self.owns(actions) and not isinstance(actions, np.ndarray):
-            self._check_array(actions, "actions", dtype, (n,))
+            self._check_array(actions, "actions", dtype, shape)
             return actions
         host = np.ascontiguousarray(actions, dtype=dtype)
-        if host.shape != (n,):
-            raise ValueError(f"actions: expected shape {(n,)}, got {host.shape}")
+        if host.shape != shape:
+            raise ValueError(f"actions: expected shape {shape}, got {host.shape}")
         return self._stage("actions", host)
 
     @staticmethod
@@ -357,7 +373,8 @@ class Backend(abc.ABC):
 
         n, steps, d, dt = bufs.steps.shape[0], out.steps, spec.obs_dim, params.dtype
         act_dtype = np.dtype(np.int32 if spec.is_discrete else np.float32)
-        expected = {"obs": (dt, (steps, n, d)), "actions": (act_dtype, (steps, n)),
+        act_shape = (steps, n) if spec.action_dim == 1 else (steps, n, spec.action_dim)
+        expected = {"obs": (dt, (steps, n, d)), "actions": (act_dtype, act_shape),
                     "rewards": (dt, (steps, n)), "terminated": (np.bool_, (steps, n)),
                     "truncated": (np.bool_, (steps, n)), "final_obs": (dt, (steps, n, d))}  # fmt: skip
         for name, (dtype, shape) in expected.items():
@@ -378,7 +395,7 @@ class Backend(abc.ABC):
             return
         from ..policy import flat_size
 
-        size = flat_size(spec.obs_dim, hidden, spec.discrete_actions if spec.is_discrete else 1)
+        size = flat_size(spec.obs_dim, hidden, spec.discrete_actions if spec.is_discrete else spec.action_dim)
         if tuple(policy_params.shape) != (size,):
             raise ValueError(f"policy_params: expected {size} floats, got {tuple(policy_params.shape)}")
 

@@ -248,13 +248,14 @@ class JaxBackend(Backend):
             raise ValueError(f"{what}: expected an array on {_key(self.device)}, got one on "
                              f"{', '.join(_key(d) for d in a.devices())} (move it with jax.device_put)")  # fmt: skip
 
-    def _actions_on_device(self, actions, n, dtype):
+    def _actions_on_device(self, actions, n, dtype, width=1):
+        shape = (n,) if width == 1 else (n, width)
         if self.owns(actions):
-            self._check_array(actions, "actions", dtype, (n,))
+            self._check_array(actions, "actions", dtype, shape)
             return actions
         host = np.ascontiguousarray(actions, dtype=dtype)
-        if host.shape != (n,):
-            raise ValueError(f"actions: expected shape {(n,)}, got {host.shape}")
+        if host.shape != shape:
+            raise ValueError(f"actions: expected shape {shape}, got {host.shape}")
         return jax.device_put(host, self.device)
 
     def _values(self, params: Any) -> Any:
@@ -283,15 +284,15 @@ class JaxBackend(Backend):
     # ---- environments ------------------------------------------------------------------------
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         self._check_env(spec, bufs, params)
-        fn = self._jit("reset", (spec.kernel, bool(fresh)), ops.env_reset, spec=spec, fresh=bool(fresh))
+        fn = self._jit("reset", (spec.kernel_key, bool(fresh)), ops.env_reset, spec=spec, fresh=bool(fresh))
         new = fn(values=self._values(params), seed=self._seed(seed), env=self._env(bufs))
         self._store(bufs, self._done(new))
 
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
         n = self._check_env(spec, bufs, params)
-        actions = self._actions_on_device(actions, n, spec.action_dtype)
+        actions = self._actions_on_device(actions, n, spec.action_dtype, spec.action_dim)
         next_step = AUTORESET_MODES[autoreset] == AUTORESET_MODES["next_step"]
-        fn = self._jit("step", (spec.kernel, int(max_steps), next_step), ops.env_step, spec=spec,
+        fn = self._jit("step", (spec.kernel_key, int(max_steps), next_step), ops.env_step, spec=spec,
                        max_steps=int(max_steps), next_step=next_step)  # fmt: skip
         new = fn(values=self._values(params), env=self._env(bufs), actions=actions, seed=self._seed(seed))
         self._store(bufs, self._done(new))
@@ -306,7 +307,7 @@ class JaxBackend(Backend):
         next_step = AUTORESET_MODES[autoreset] == AUTORESET_MODES["next_step"]
         static = dict(spec=spec, kind=int(policy.kind), hidden=hidden, steps=int(out.steps),
                       max_steps=int(max_steps), next_step=next_step)  # fmt: skip
-        fn = self._jit("rollout", tuple(v for k, v in static.items() if k != "spec") + (spec.kernel,),
+        fn = self._jit("rollout", tuple(v for k, v in static.items() if k != "spec") + (spec.kernel_key,),
                        ops.rollout, **static)  # fmt: skip
         new, rec = fn(values=self._values(params), env=self._env(bufs), flat=policy_params, seed=self._seed(seed))
         self._store(bufs, new)

@@ -176,6 +176,15 @@ class NumbaBackend(Backend):
         return bool(a.is_c_contiguous())  # Numba device arrays have no .flags.c_contiguous
 
     # ---- environments ------------------------------------------------------------------------
+    @classmethod
+    def missing_env_kernel(cls, spec: EnvSpec) -> str | None:
+        # The env's device functions are a module named after its kernel stem, like its .cl and .cu files.
+        import importlib.util
+
+        if importlib.util.find_spec(f"{__package__}._numba.{spec.kernel}") is None:
+            return f"{spec.id} has no Numba kernel yet (portkern/backends/_numba/{spec.kernel}.py)"
+        return None
+
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
         k = _kernels().env_kernels(spec, params.dtype)
@@ -186,7 +195,7 @@ class NumbaBackend(Backend):
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
         # The per-step hot path, as on every backend: the buffers are the VectorEnv's own, checked by env_reset.
         n = int(bufs.steps.shape[0])
-        actions = self._actions_on_device(actions, n, spec.action_dtype)
+        actions = self._actions_on_device(actions, n, spec.action_dtype, spec.action_dim)
         k = _kernels().env_kernels(spec, params.dtype)
         values = {"actions": actions, "params": self._params(spec, params), "seed": seed,
                   "max_steps": max_steps, "autoreset_mode": AUTORESET_MODES[autoreset], "n": n}  # fmt: skip
@@ -196,11 +205,11 @@ class NumbaBackend(Backend):
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
         n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
-        steps, d = out.steps, spec.obs_dim
+        steps = out.steps
         k = _kernels().env_kernels(spec, params.dtype)
         # Time-major [T, N(, d)] buffers as rows t * N + i, so the kernel indexes one flat row per step.
         rows = steps * n
-        flat = {name: a.reshape((rows, d) if len(a.shape) == 3 else (rows,))
+        flat = {name: a.reshape((rows, *a.shape[2:]))  # obs [T, N, d] and Box actions [T, N, A] keep a row
                 for name, a in _abi.rollout_values(out).items()}
         pack = _abi.packer(_abi.env_entry(spec.kernel, "rollout"), _same, params.dtype)
         args = list(pack({**flat, "params": self._params(spec, params), "policy": policy_params,

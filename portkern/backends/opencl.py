@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import _abi, tuning
+from .._kernels import missing_source as _missing_source
 from ..envs.base import EnvSpec
 from . import _opencl_drivers
 from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
@@ -304,12 +305,16 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         )
 
     # ---- environments ------------------------------------------------------------------------
+    @classmethod
+    def missing_env_kernel(cls, spec: EnvSpec) -> str | None:
+        return _missing_source(spec, "opencl", ".cl", "OpenCL")
+
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
         self._sized(n)  # the knobs of this launch's size class
         opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         name = _abi.env_entry(spec.kernel, "reset")
-        k = self._kernel(f"{spec.kernel}.cl", name, opts)
+        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
         values = {"params": self._device_params(params), "seed": seed,
                   "fresh": int(bool(fresh)), "n": n}  # fmt: skip
         self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs))
@@ -318,11 +323,11 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         # The per-step hot path: the buffers are the VectorEnv's own, checked by env_reset.
         n = bufs.steps.shape[0]
         mode = AUTORESET_MODES[autoreset]
-        act = self._actions_on_device(actions, n, spec.action_dtype)
+        act = self._actions_on_device(actions, n, spec.action_dtype, spec.action_dim)
         self._sized(n)
         opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
         name = _abi.env_entry(spec.kernel, "step")
-        k = self._kernel(f"{spec.kernel}.cl", name, opts)
+        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
         values = {"actions": act, "params": self._device_params(params), "seed": seed,
                   "max_steps": max_steps, "autoreset_mode": mode, "n": n}  # fmt: skip
         self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs))
@@ -338,7 +343,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         self._sized(n)
         opts, vw = self._env_options(dt, bench_name, "fused")
         name = _abi.env_entry(spec.kernel, "rollout")
-        k = self._kernel(f"{spec.kernel}.cl", name, opts)
+        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
         # Arguments are set once; each launch only moves the time window (t0, t_count).
         pack = _abi.packer(name, _data, dt)
         k.set_args(*pack({**_abi.rollout_values(out), "params": self._device_params(params),

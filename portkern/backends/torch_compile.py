@@ -141,7 +141,7 @@ class TorchCompileBackend(TorchBackend):
 
     def _physics(self, spec, bufs, actions, p, max_steps, next_step):
         mode = "next_step" if next_step else "same_step"
-        fn = self._compiled(f"pk_{spec.kernel}_step_{mode}", _step_fn(spec, next_step))
+        fn = self._compiled(f"pk_{spec.kernel_key}_step_{mode}", _step_fn(spec, next_step))
         return fn(bufs.state, bufs.steps, bufs.needs_reset, actions, bufs.obs, bufs.final_obs, bufs.reward,
                   bufs.terminated, bufs.truncated, p._values, max_steps)  # fmt: skip
 
@@ -155,14 +155,14 @@ class TorchCompileBackend(TorchBackend):
         # for it nor specialises the sizes 0 and 1.
         mark = getattr(torch._dynamo.decorators, "mark_unbacked", torch._dynamo.maybe_mark_dynamic)  # < 2.4
         mark(idx, 0)
-        fn = self._compiled(f"pk_{spec.kernel}_autoreset", _autoreset_fn(spec))
+        fn = self._compiled(f"pk_{spec.kernel_key}_autoreset", _autoreset_fn(spec))
         fn(bufs.state, bufs.steps, bufs.episodes, bufs.obs, bufs.final_obs, p._values, self._seed(seed), idx,
            next_step)  # fmt: skip
 
     def _rollout_physics(self, spec, bufs, kind, flat, hidden, out, t, p, seed, max_steps, next_step):
         mode = "next_step" if next_step else "same_step"
         policy = "mlp" if kind == 1 else "random"
-        fn = self._compiled(f"pk_{spec.kernel}_rollout_{mode}_{policy}", _rollout_fn(spec, kind, next_step))
+        fn = self._compiled(f"pk_{spec.kernel_key}_rollout_{mode}_{policy}", _rollout_fn(spec, kind, next_step))
         return fn(bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs, bufs.reward,
                   bufs.terminated, bufs.truncated, p._values, flat, hidden, self._seed(seed), max_steps,
                   self._env_index(bufs.steps.shape[0]), out.obs, out.actions, out.rewards, out.terminated,

@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from .base import EnvSpec, variant
+from .base import EnvSpec, Structural, variant
 
 #: Listing order (Gymnasium's classic-control order); envs not named here follow by module name.
 _ORDER = ("cartpole", "pendulum", "mountain_car", "mountain_car_continuous", "acrobot")
@@ -72,7 +72,8 @@ def _load(module: str) -> EnvSpec:
 
 def _kernel_mismatch(spec: EnvSpec, owner: EnvSpec) -> str | None:
     """Why ``spec`` cannot run ``owner``'s kernels (which hard-code these), or None."""
-    for what in ("field_names", "state_names", "obs_dim", "discrete_actions", "action_high"):
+    for what in ("field_names", "state_names", "obs_dim", "discrete_actions", "action_high", "action_dim",
+                 "structure"):  # fmt: skip
         if getattr(spec, what) != getattr(owner, what):
             return (f"its {what} {getattr(spec, what)!r} differ from {owner.id}'s {getattr(owner, what)!r}, "
                     f"which the {owner.kernel} kernels and their struct {owner.struct_name} are built for")  # fmt: skip
@@ -119,13 +120,19 @@ def discover() -> None:
         target.update(value)
 
 
-def get(env_id: str) -> EnvSpec:
+def get(env_id: str, **structure: int) -> EnvSpec:
     """The spec for ``env_id``; unknown ids raise ValueError listing the valid ones, and an env
-    whose module failed to load raises :class:`EnvUnavailable` with the reason."""
+    whose module failed to load raises :class:`EnvUnavailable` with the reason.
+
+    ``structure`` are the env's structural keywords (``get("Chain-v0", links=5)``): the concrete spec
+    for those values (:meth:`EnvSpec.with_structure`, cached); without them, the env at its defaults.
+    An unknown keyword, a non-int or a value out of range raises ValueError naming the keyword."""
     try:
-        return ENVS[env_id]
+        spec = ENVS[env_id]
     except (KeyError, TypeError):
         pass
+    else:
+        return spec.with_structure(**structure) if structure else spec
     if isinstance(env_id, str) and env_id in UNAVAILABLE:
         raise EnvUnavailable(f"env_id: {env_id!r} is unavailable: {UNAVAILABLE[env_id]}")
     failed = f"; unavailable: {'; '.join(UNAVAILABLE.values())}" if UNAVAILABLE else ""
@@ -139,5 +146,5 @@ def gymnasium_envs() -> dict[str, EnvSpec]:
 
 discover()
 
-__all__ = ["ENVS", "KERNEL_OWNERS", "UNAVAILABLE", "EnvSpec", "EnvUnavailable", "discover", "get",
+__all__ = ["ENVS", "KERNEL_OWNERS", "UNAVAILABLE", "EnvSpec", "EnvUnavailable", "Structural", "discover", "get",
            "gymnasium_envs", "variant"]  # fmt: skip

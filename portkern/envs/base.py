@@ -105,6 +105,44 @@ class Derived:
 
 
 @dataclass(frozen=True)
+class Structural:
+    """An int keyword of ``make`` fixed for the env's lifetime (``links`` of a K-link chain): it sets the
+    env's sizes (state, observations, actions), so the kernels take it as a compile-time constant.
+
+    ``make(env_id, N, links=3)`` checks the value against ``[low, high]``, builds the concrete spec
+    (:meth:`EnvSpec.with_structure`) and hands the kernel builds ``-D<define>=<value>`` (OpenCL and CUDA
+    C; the Numba builder gets the value as a keyword). ``define`` defaults to ``PK_<NAME>``.
+    """
+
+    name: str
+    default: int
+    low: int
+    high: int
+    doc: str = ""
+    define: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"Structural {self.name!r}: the name must be a Python identifier (a make() keyword)")
+        for what in ("default", "low", "high"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"Structural {self.name}: {what} must be an int, got {v!r}")
+        if not self.low <= self.default <= self.high:
+            raise ValueError(f"Structural {self.name}: default {self.default} outside [{self.low}, {self.high}]")
+        if not self.define:
+            object.__setattr__(self, "define", f"PK_{self.name.upper()}")
+        if not self.define.isidentifier():
+            raise ValueError(f"Structural {self.name}: define {self.define!r} is not a C identifier")
+
+    def check(self, value: Any) -> int:
+        """``value`` if it is an int in ``[low, high]``; else a ValueError naming the keyword and the range."""
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not self.low <= value <= self.high:
+            raise ValueError(f"{self.name}: must be an int from {self.low} to {self.high}, got {value!r}")
+        return int(value)
+
+
+@dataclass(frozen=True)
 class Constraint:
     """A condition across params (e.g. ``reset_low <= reset_high``), checked at ``make()``."""
 
@@ -176,6 +214,19 @@ class EnvSpec:
       env's thresholds and clips, for parity against Gymnasium and the perturbation test.
     * ``parity_tolerance``: {"float32": tol, "float64": tol} for one step of a kernel against the
       reference (libm differences amplified by the dynamics).
+
+    Box actions are ``[N, action_dim]`` float32 in ``[-action_high, action_high]`` per component;
+    ``reference step`` gets them as ``[N]`` when ``action_dim`` is 1 (every classic-control env) and
+    as ``[N, action_dim]`` otherwise. Discrete envs take one action index per env (``[N]`` int32).
+
+    Structural keywords (:class:`Structural`, e.g. a chain's ``links``) are make() keywords fixed for
+    the env's lifetime that change its sizes. ``structure`` declares them and ``specialise(values)``
+    returns the EnvSpec field changes for one set of values (``state_names``, ``obs_dim``,
+    ``obs_low``/``obs_high``, ``action_dim``, ``test_state_box``, ...). The module's SPEC is the env at
+    the default values (what the registry holds and ``make`` without keywords runs): declare it with the
+    fields ``specialise`` gives for the defaults (``EnvSpec(..., **shape(defaults))``), which
+    ``__post_init__`` checks. :meth:`with_structure` returns the concrete spec for other values;
+    ``structure_values`` and :attr:`defines` say which ones a spec is.
     """
 
     id: str
@@ -201,7 +252,16 @@ class EnvSpec:
     #: limit), which is then also its portkern id; the Gymnasium parity tests take exactly the envs
     #: that declare one. None: a portkern-only env (a variant, say), which everything else runs.
     gymnasium_id: str | None = None
+    #: Width of a Box action (``[N, action_dim]``); 1 for every classic-control env. Discrete envs keep 1.
+    action_dim: int = 1
+    #: The env's structural make() keywords (compile-time constants of its kernels), and the function
+    #: from their values to the EnvSpec fields they change (see the class docstring).
+    structure: tuple[Structural, ...] = ()
+    specialise: Callable[[Mapping[str, int]], Mapping[str, Any]] | None = field(default=None, repr=False)
+    #: The structural values this spec is built for (filled with the defaults when not given).
+    structure_values: Mapping[str, int] = field(default_factory=dict)
     _fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _concrete: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.params]
@@ -225,6 +285,105 @@ class EnvSpec:
                 f"got {self.gymnasium_id!r}"
             )
         object.__setattr__(self, "_fields", tuple(names))
+        object.__setattr__(self, "_concrete", {})
+        if isinstance(self.action_dim, bool) or not isinstance(self.action_dim, int) or self.action_dim < 1:
+            raise ValueError(f"{self.id}: action_dim must be an int >= 1, got {self.action_dim!r}")
+        if self.is_discrete and self.action_dim != 1:
+            raise ValueError(f"{self.id}: a discrete env takes one action index per env (action_dim 1)")
+        self._post_init_structure()
+
+    def _post_init_structure(self) -> None:
+        names = [s.name for s in self.structure]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.id}: structural keywords declared twice: {names}")
+        reserved = sorted(set(names) & MAKE_KEYWORDS)
+        if reserved:
+            raise ValueError(f"{self.id}: structural keyword {reserved[0]!r} is one of make()'s own keywords")
+        if not self.structure:
+            if self.specialise is not None or self.structure_values:
+                raise ValueError(f"{self.id}: specialise/structure_values need structure=(Structural(...), ...)")
+            return
+        if self.specialise is None:
+            raise ValueError(f"{self.id}: an env with structure needs specialise(values) -> field changes")
+        values = dict(self.structure_values) or {s.name: s.default for s in self.structure}
+        if set(values) != set(names):
+            raise ValueError(f"{self.id}: structure_values needs exactly {names}, got {sorted(values)}")
+        for s in self.structure:
+            s.check(values[s.name])
+        # A plain dict (read-only by convention), so that a spec pickles (process pools, Ray workers).
+        object.__setattr__(self, "structure_values", values)
+        # The fields specialise() sets must be the ones this spec was declared with: a SPEC whose shape
+        # disagrees with its own specialise() would run other sizes than with_structure() at the defaults.
+        for name, value in self._changes(values).items():
+            if not callable(value) and getattr(self, name) != value:
+                raise ValueError(
+                    f"{self.id}: {name} is {getattr(self, name)!r} but specialise({values}) gives {value!r}; "
+                    f"declare the spec with the fields specialise gives"
+                )
+
+    def _changes(self, values: Mapping[str, int]) -> dict[str, Any]:
+        """``specialise(values)``, checked to name only EnvSpec fields that a structure may change."""
+        changes = dict(self.specialise(types.MappingProxyType(dict(values))))
+        fixed = sorted(set(changes) & STRUCTURE_FIXED)
+        if fixed:
+            raise ValueError(f"{self.id}: specialise() may not change {', '.join(fixed)}")
+        unknown = sorted(set(changes) - {f.name for f in fields(EnvSpec) if f.init})
+        if unknown:
+            raise ValueError(f"{self.id}: specialise() returned unknown EnvSpec fields {', '.join(unknown)}")
+        return changes
+
+    # ---- structural keywords -----------------------------------------------------------------
+    def check_structure(self, values: Mapping[str, Any]) -> dict[str, int]:
+        """Every structural value (the defaults overridden by ``values``), checked: an unknown keyword,
+        a non-int, a bool or a value out of range raises ValueError naming the keyword."""
+        declared = {s.name: s for s in self.structure}
+        # make() passes every keyword it does not know itself here, so a misspelt option lands here too.
+        options = "make's own options: backend, device, seed, dtype, autoreset, params"
+        for name in values:
+            if name not in declared:
+                if not declared:
+                    raise ValueError(f"{name}: {self.id} has no structural keywords (it takes no {name}=; {options})")
+                raise ValueError(
+                    f"{name}: {self.id} has no structural keyword {name!r}; its structural keywords: "
+                    f"{', '.join(declared)} ({options})"
+                )
+        merged = dict(self.structure_values)
+        for name, value in values.items():
+            merged[name] = declared[name].check(value)
+        return merged
+
+    def with_structure(self, **values: Any) -> "EnvSpec":
+        """The concrete spec for these structural values (the others at this spec's values), built once
+        per values and cached; ``self`` when they are this spec's own."""
+        merged = self.check_structure(values)
+        if merged == dict(self.structure_values):
+            return self
+        key = tuple(sorted(merged.items()))
+        spec = self._concrete.get(key)
+        if spec is None:
+            spec = replace(self, structure_values=merged, **self._changes(merged))
+            # One cache for the whole family, so links=3 -> links=5 -> links=3 comes back to the same spec.
+            self._concrete.setdefault(tuple(sorted(self.structure_values.items())), self)
+            object.__setattr__(spec, "_concrete", self._concrete)
+            spec = self._concrete.setdefault(key, spec)
+        return spec
+
+    @property
+    def defines(self) -> dict[str, int]:
+        """The structural values as the kernels' compile-time macros: ``{"PK_LINKS": 3}``."""
+        return {s.define: int(self.structure_values[s.name]) for s in self.structure}
+
+    @property
+    def define_options(self) -> tuple[str, ...]:
+        """:attr:`defines` as compiler options (``-DPK_LINKS=3``), for the OpenCL and CUDA builds and
+        their program caches' keys."""
+        return tuple(f"-D{name}={value}" for name, value in sorted(self.defines.items()))
+
+    @property
+    def kernel_key(self) -> str:
+        """The kernel stem with the structural defines (``chain__PK_LINKS_3``; just the stem without any):
+        what a backend keys its compiled programs of this env on, so links=3 and links=5 never share one."""
+        return self.kernel + "".join(f"__{name}_{value}" for name, value in sorted(self.defines.items()))
 
     # ---- shape and action space --------------------------------------------------------------
     @property
@@ -239,12 +398,18 @@ class EnvSpec:
     def action_dtype(self) -> np.dtype:
         return np.dtype(np.int32 if self.is_discrete else np.float32)
 
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of one env's action: ``()`` for a discrete env, ``(action_dim,)`` for a Box."""
+        return () if self.is_discrete else (self.action_dim,)
+
     def random_actions(self, rng: np.random.Generator, n: int, overshoot: float = 1.2) -> np.ndarray:
-        """Random valid actions; continuous ones spread to ``overshoot`` x the bound (the env clips)."""
+        """Random valid actions ([N] int32, or [N, action_dim] float32); continuous ones spread to
+        ``overshoot`` x the bound (the env clips)."""
         if self.is_discrete:
             return rng.integers(0, self.discrete_actions, n).astype(np.int32)
         hi = overshoot * self.action_high
-        return rng.uniform(-hi, hi, (n, 1)).astype(np.float32)
+        return rng.uniform(-hi, hi, (n, self.action_dim)).astype(np.float32)
 
     # ---- params ------------------------------------------------------------------------------
     @property
@@ -329,6 +494,15 @@ class EnvSpec:
         return KernelParams(self, self.kernel_values(params), np.dtype(dtype))
 
 
+#: make()'s own keywords (VectorEnv's), which no structural keyword may shadow.
+MAKE_KEYWORDS = frozenset({"backend", "device", "seed", "dtype", "autoreset", "params", "num_envs", "env_id"})
+#: EnvSpec fields a structure may not change: the env's identity, its kernels and params struct, and the
+#: structure itself. The reference functions may change (``reset=functools.partial(reset, links=k)``:
+#: a reset cannot read K from its [N, 4] draws); backends key what they compile on ``kernel_key``.
+STRUCTURE_FIXED = frozenset({"id", "kernel", "params", "gymnasium_id", "discrete_actions", "structure",
+                             "specialise", "structure_values"})  # fmt: skip
+
+
 def step_with(spec: EnvSpec, helpers: Mapping[str, Mapping[str, Callable]], cache: dict[str, Callable]) -> Callable:
     """``spec.step`` with the module-level helpers named in ``helpers[spec.kernel]`` swapped in, in its own copy
     of the env module's globals (the module is untouched): how a backend runs the reference where one of its
@@ -336,10 +510,10 @@ def step_with(spec: EnvSpec, helpers: Mapping[str, Mapping[str, Callable]], cach
     over = helpers.get(spec.kernel)
     if not over:
         return spec.step
-    fn = cache.get(spec.kernel)
+    fn = cache.get(spec.kernel_key)  # a structural env's step may differ per structure (specialise)
     if fn is None:
         f = spec.step
-        fn = cache[spec.kernel] = types.FunctionType(f.__code__, {**f.__globals__, **over}, f.__name__,
+        fn = cache[spec.kernel_key] = types.FunctionType(f.__code__, {**f.__globals__, **over}, f.__name__,
                                                      f.__defaults__, f.__closure__)  # fmt: skip
     return fn
 
@@ -354,7 +528,8 @@ def params_table(params: Sequence[Param | Derived]) -> list[tuple[str, str, str]
 
 #: What a variant keeps from its parent: the kernels it reuses hard-code them (sizes, action space,
 #: the params struct, which its declared params lay out) or are checked against them (the reference).
-KERNEL_FIELDS = ("kernel", "state_names", "obs_dim", "discrete_actions", "action_high", "reset", "step", "observe")
+KERNEL_FIELDS = ("kernel", "state_names", "obs_dim", "discrete_actions", "action_high", "action_dim", "reset", "step",
+                 "observe", "structure", "specialise")  # fmt: skip
 
 
 def variant(

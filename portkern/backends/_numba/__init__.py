@@ -10,11 +10,13 @@ here; Numba compiles a kernel on its first launch, per argument types.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from functools import cache
 
 import numpy as np
 
 from ... import envs
+from ..._kernels import KernelSourceMissing
 from ...envs.base import EnvSpec
 from . import buffers, common, policy
 from .buffers import BufferKernels, CopyKernels, copy_kernels
@@ -26,18 +28,23 @@ __all__ = ["BufferKernels", "CopyKernels", "EnvKernels", "Policies", "buffer_ker
 
 
 def env_kernels(spec: EnvSpec, dtype: np.dtype) -> EnvKernels:
-    """``spec``'s reset, step and rollout kernels in ``dtype``."""
-    return _env_kernels(spec.id, np.dtype(dtype).str)
+    """``spec``'s reset, step and rollout kernels in ``dtype`` (and its structural values, if any)."""
+    return _env_kernels(spec.id, np.dtype(dtype).str, tuple(sorted(spec.structure_values.items())))
 
 
 @cache
-def _env_kernels(env_id: str, dtype_str: str) -> EnvKernels:
-    spec = envs.get(env_id)
+def _env_kernels(env_id: str, dtype_str: str, structure: tuple[tuple[str, int], ...] = ()) -> EnvKernels:
+    spec = envs.get(env_id, **dict(structure))
     # The env's module by its kernel stem, as kernels/<api>/<kernel>.* are loaded by explicit name.
+    if importlib.util.find_spec(f"{__name__}.{spec.kernel}") is None:
+        raise KernelSourceMissing(f"{spec.id} has no Numba kernel yet (portkern/backends/_numba/{spec.kernel}.py)")
     module = importlib.import_module(f"{__name__}.{spec.kernel}")
     k = toolkit(dtype_str)
     act = policy.make_act(spec, k, policy_kernels(dtype_str))
-    return common.env_kernels(spec, module.build(k), act, k)
+    # A structural env's builder gets its values as keywords (build(k, links=3)): compile-time constants
+    # of the Numba build, as -DPK_LINKS=3 is of the OpenCL and CUDA ones; one build per values (cached).
+    fns = module.build(k, **dict(structure)) if structure else module.build(k)
+    return common.env_kernels(spec, fns, act, k)
 
 
 @cache

@@ -37,7 +37,9 @@ def _host_actions(env_id: str, n: int, rng: np.random.Generator) -> np.ndarray:
     spec = ENVS[env_id]
     if spec.is_discrete:
         return rng.integers(0, spec.discrete_actions, n).astype(np.int32)
-    return rng.uniform(-spec.action_high, spec.action_high, n).astype(np.float32)
+    # A 1-wide Box takes [N]; a wider one [N, action_dim] (the step checks the shape).
+    shape = (n,) if spec.action_dim == 1 else (n, spec.action_dim)
+    return rng.uniform(-spec.action_high, spec.action_high, shape).astype(np.float32)
 
 
 def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
