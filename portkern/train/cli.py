@@ -52,6 +52,10 @@ def register(sub: Any) -> None:
                         "seeds in batches of K consecutive ones; each run's device_seconds_per_policy is then its "
                         "batch's wall time / the batch's converged policies (default 1: one seed at a time). On a "
                         "CPU the K seeds spread over its cores (JAX started with one CPU device per core)")
+    p.add_argument("--refill", action="store_true",
+                   help="with --parallel-seeds K: train every seed of the list in one batch of K slots, a slot whose "
+                        "seed converged (or ran out of budget) taking the next seed, so that no slot waits for the "
+                        "slowest seed while seeds remain; any number of seeds >= K")
     p.add_argument("--cores-per-run", type=int, default=None, metavar="K",
                    help="with --ray: the CPU cores each run reserves for itself (pinned, disjoint; default 1)")
     p.set_defaults(func=cmd_train)
@@ -141,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not stacks:
         raise ValueError("no stack can run here: " + "; ".join(skipped))
     seeds = _seeds(args.seeds)
-    check_parallel(stacks, seeds, args.parallel_seeds)
+    check_parallel(stacks, seeds, args.parallel_seeds, args.refill)
     if args.parallel_seeds > 1 and args.ray is not None:
         raise ValueError(f"--parallel-seeds {args.parallel_seeds}: not with --ray (a Ray grid runs one seed per piece "
                          "of hardware)")  # fmt: skip
@@ -163,7 +167,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         doc = train_many(tasks, stacks, seeds, out, args.config or "portkern/data/train_configs.json",
                          command=command, progress=not args.no_progress, resume=args.resume, grid=grid,
-                         parallel_seeds=args.parallel_seeds)  # fmt: skip
+                         parallel_seeds=args.parallel_seeds, refill=args.refill)  # fmt: skip
     except Interrupted as exc:
         print(f"portkern train: {exc}", file=sys.stderr)
         return 130

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions import Categorical, Normal
+from torch.distributions import Categorical, Independent, Normal
 
 from ..policy import MLPPolicy
 from .config import PPOConfig, TaskConfig
@@ -21,7 +21,8 @@ from .config import PPOConfig, TaskConfig
 PHASES = {
     "setup": "setup (env build, kernel compile, model init, reset)",
     "act": "acting (policy/value forward, incl. bootstrap values and fused stacks' recomputed log-probs)",
-    "env": "environment stepping (fused stacks: stepping and in-kernel acting, one launch per rollout)",
+    "env": "environment stepping (fused stacks: stepping and in-kernel acting, one launch per rollout; torch "
+           "stacks: acting, stepping and recording, one compiled call per step, unless +eager-act)",
     "adv": "advantage computation (GAE)",
     "update": "update (PPO epochs: minibatch gather, advantage normalisation, forward, backward, step)",
     "move": "data movement (device<->host, between libraries)",
@@ -79,11 +80,13 @@ class Agent(nn.Module):
     """CleanRL's separate tanh actor and critic; a Gaussian actor with one state-independent log-std for Box
     actions (the shape portkern's in-kernel MLP runs, so a fused rollout can act with these very weights)."""
 
-    def __init__(self, obs_dim: int, n_actions: int | None, hidden: int = 64) -> None:
+    def __init__(self, obs_dim: int, n_actions: int | None, hidden: int = 64, action_dim: int = 1) -> None:
         super().__init__()
         self.discrete = n_actions is not None
+        #: Box components (EnvSpec.action_dim): one Gaussian mean each, sharing the one log-std.
+        self.action_dim = 1 if self.discrete else action_dim
         self.critic = _mlp(obs_dim, hidden, 1, 1.0)
-        self.actor = _mlp(obs_dim, hidden, n_actions if self.discrete else 1, 0.01)
+        self.actor = _mlp(obs_dim, hidden, n_actions if self.discrete else action_dim, 0.01)
         self.log_std = nn.Parameter(torch.zeros(1), requires_grad=not self.discrete)
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,6 +97,9 @@ class Agent(nn.Module):
         out = self.actor(x)
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
+        if self.action_dim > 1:  # independent components: log-probs and entropies add over the last axis
+            return Independent(Normal(out, self.log_std.exp().expand_as(out), validate_args=False), 1,
+                               validate_args=False)  # fmt: skip
         return Normal(out.squeeze(-1), self.log_std.exp().expand(out.shape[0]), validate_args=False)
 
     def act(
@@ -104,6 +110,12 @@ class Agent(nn.Module):
         if action is None:
             action = dist.sample()
         return action, dist.log_prob(action), dist.entropy(), self.value(x)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`act` sampling an action: what ``torch.func.functional_call`` runs, so a compiled collection
+        step (:class:`portkern.train.stacks.CompiledCollect`) acts through this very code with any agent's
+        parameters swapped in."""
+        return self.act(x)
 
     def in_kernel_policy(self) -> MLPPolicy:
         """The actor as portkern's in-kernel MLP (weights ``[in, out]``, float32, on the host)."""
@@ -156,6 +168,8 @@ def functional_loss(agent: Agent, cfg: PPOConfig) -> Callable[..., tuple[torch.T
             mean = out.squeeze(-1)
             newlogp = -((actions - mean) ** 2) / (2 * torch.exp(2 * log_std)) - log_std - 0.5 * math.log(2 * math.pi)
             entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(mean)
+            if agent.action_dim > 1:  # [B, A] means (out.squeeze kept them): one Gaussian per component
+                newlogp, entropy = newlogp.sum(-1), entropy.sum(-1)
         ratio = (newlogp - old_logp).exp()
         pg = torch.max(-mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
         if cfg.clip_vloss:
@@ -246,12 +260,12 @@ class CompiledUpdate:
         a = self.agent
         n_out = a.actor[-1].out_features
         key = (a.actor[0].in_features, n_out if a.discrete else None, a.actor[0].out_features, self.cfg, betas, eps,
-               str(self.device))  # fmt: skip
+               str(self.device), a.action_dim)  # fmt: skip
         # One compiled step per shape and config in the process, around a template agent (functional_call swaps
         # in every parameter, so the template's own weights never matter): Dynamo would otherwise recompile for
         # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
-            template = Agent(key[0], key[1], key[2]).to(self.device)
+            template = Agent(key[0], key[1], key[2], action_dim=key[7]).to(self.device)
             fn = functools.partial(_minibatch_step, _grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas,
                                    eps)  # fmt: skip
             mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs: one launch a step
@@ -284,7 +298,9 @@ class CompiledUpdate:
             return torch.zeros(shape or (batch,), device=dev)
 
         params = [p.detach().clone() for p in self.params]
-        actions = torch.zeros(batch, dtype=torch.long, device=dev) if self.agent.discrete else z()
+        a_dim = self.agent.action_dim  # Box actions of several components are [batch, A]
+        actions = (torch.zeros(batch, dtype=torch.long, device=dev) if self.agent.discrete
+                   else z(batch, a_dim) if a_dim > 1 else z())  # fmt: skip
         perm = torch.arange(batch, device=dev)
         with torch.no_grad():
             fn(params, [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],

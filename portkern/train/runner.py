@@ -28,7 +28,8 @@ DEVICE_HOUR = (
     "held by the run for all of it. On a GPU the device is one GPU; on a CPU it is the whole processor (every "
     "core of the machine: the env backend and PyTorch may use any of them), whatever the run's core use. K seeds "
     "trained at once on one device (--parallel-seeds K): the batch's wall-clock seconds, start of setup to the "
-    "end of the chunk in which its last seed converged, / its converged policies, / 3600."
+    "end of the chunk in which its last seed finished, / its converged policies, / 3600 (with --refill the batch "
+    "is every seed of the list, K at a time, a finished seed's slot taking the next)."
 )
 #: Untimed gaps between phases may not exceed this share of the wall time (tests hold runs to it).
 UNTIMED_TOLERANCE = 0.05
@@ -72,6 +73,9 @@ class RunResult:
     update: str | None = None
     #: Where update_parts are not timed apart, why (a compiled update gathers and normalises inside its call).
     update_parts_note: str | None = None
+    #: How a torch stack acted and stepped: "compiled" (one torch.compile call per step, phase "env") or "eager"
+    #: (its +eager-act variant, or an env step that does not compile to one graph); None on the other stacks.
+    collect: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -99,13 +103,13 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
             next_obs = stack.setup()
             compile_before = _compile_seconds(stack)
             device = stack.agent_device
-            agent = Agent(stack.obs_dim, stack.n_actions, cfg.hidden).to(device)
+            agent = Agent(stack.obs_dim, stack.n_actions, cfg.hidden, stack.action_dim).to(device)
             optimizer = make_optimizer(agent, cfg)
             compiled = CompiledUpdate(agent, cfg) if spec.compiled_update else None
             if compiled is not None:
                 compiled.warm_up(optimizer, cfg.batch_size)  # compiled once per process (prime): a call here
             T, N, D = cfg.num_steps, cfg.num_envs, stack.obs_dim
-            store = Storage.zeros(T, N, D, stack.discrete, device)
+            store = Storage.zeros(T, N, D, stack.discrete, device, stack.action_dim)
             stack.warm_up(agent)
             episode_return = torch.zeros(N, dtype=torch.float64, device=device)
         identity = stack.identity()
@@ -125,7 +129,7 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
                 next_values = agent.value(store.final_obs.reshape(-1, D)).reshape(T, N)
             advantages, returns = stack.advantages(store, next_values, timer)
             with timer("update"):
-                losses = ppo_update(agent, optimizer, cfg, timer, store.obs.reshape(-1, D), store.actions.reshape(-1),
+                losses = ppo_update(agent, optimizer, cfg, timer, store.obs.reshape(-1, D), store.actions.flatten(0, 1),
                                     store.logprobs.reshape(-1), store.values.reshape(-1), advantages.reshape(-1),
                                     returns.reshape(-1), compiled)  # fmt: skip
             with timer("other"):
@@ -158,6 +162,7 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
         device_seconds_per_policy=round(wall, 6) if converged else None,
         update="compiled" if compiled is not None else "eager",
         update_parts_note=COMPILED_PARTS_NOTE if compiled is not None else None,
+        collect=getattr(stack, "collect_kind", None),
     )  # fmt: skip
     return result, identity
 
@@ -175,7 +180,7 @@ def prime(task: TaskConfig, spec: StackSpec) -> float:
     stack = build(spec, task, 0)
     try:
         stack.setup()
-        agent = Agent(stack.obs_dim, stack.n_actions, task.ppo.hidden).to(stack.agent_device)
+        agent = Agent(stack.obs_dim, stack.n_actions, task.ppo.hidden, stack.action_dim).to(stack.agent_device)
         stack.warm_up(agent)
         if spec.compiled_update:  # the update's compiled minibatch step, cached per process like the kernels
             CompiledUpdate(agent, task.ppo).warm_up(make_optimizer(agent, task.ppo), task.ppo.batch_size)
@@ -223,11 +228,14 @@ PARALLEL_STACKS = ("jax",)
 
 
 def grid_identity(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int],
-                  config_source: str, unit: str, parallel_seeds: int = 1) -> dict[str, Any]:  # fmt: skip
+                  config_source: str, unit: str, parallel_seeds: int = 1,
+                  refill: bool = False) -> dict[str, Any]:  # fmt: skip
     """What a resume must find unchanged: the pinned task configs, stacks, seeds, the unit H is per, the code
     revision and the machine (a run from another machine or another commit is another measurement), and K
-    when seeds train K at once."""
+    (and refilling) when seeds train K at once."""
     extra = {"parallel_seeds": parallel_seeds} if parallel_seeds > 1 else {}
+    if refill:  # only then: journals from before --refill keep their identity
+        extra["refill"] = True
     return {**extra,
         "config": {"source": config_source, "tasks": {t.env_id: t.as_dict() for t in tasks}},
         "stacks": [s.label for s in stacks], "seeds": list(seeds), "unit": unit,
@@ -246,11 +254,13 @@ def batch_key(task: TaskConfig, spec: StackSpec, seeds: Sequence[int]) -> list[A
     return ["batch", task.env_id, spec.label, *seeds]
 
 
-def check_parallel(stacks: Sequence[StackSpec], seeds: Sequence[int], k: int) -> None:
+def check_parallel(stacks: Sequence[StackSpec], seeds: Sequence[int], k: int, refill: bool = False) -> None:
     """Refuse a K the grid cannot run: a stack that trains one seed at a time, or seeds that do not split into
-    batches of K."""
+    batches of K (without refills), or fewer seeds than K slots (with)."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"--parallel-seeds: expected an integer >= 1, got {k!r}")
+    if refill and k == 1:
+        raise ValueError("--refill: only with --parallel-seeds K > 1 (it refills the K slots of a batch)")
     if k == 1:
         return
     bad = [s.label for s in stacks if s.backend not in PARALLEL_STACKS]
@@ -258,7 +268,11 @@ def check_parallel(stacks: Sequence[StackSpec], seeds: Sequence[int], k: int) ->
         raise ValueError(f"--parallel-seeds {k}: only the {', '.join(PARALLEL_STACKS)} stack trains several seeds at "
                          f"once on one device (vmap over seeds); not {', '.join(bad)}: run those without "
                          "--parallel-seeds, in a grid of their own")  # fmt: skip
-    if len(seeds) % k:
+    if refill:
+        if len(seeds) < k:
+            raise ValueError(f"--parallel-seeds {k} --refill: {len(seeds)} seed(s) for {k} slots; give at least {k} "
+                             "seeds (or a smaller K)")  # fmt: skip
+    elif len(seeds) % k:
         raise ValueError(f"--parallel-seeds {k}: {len(seeds)} seed(s) do not split into batches of {k}; give a "
                          f"multiple of {k} seeds")  # fmt: skip
 
@@ -280,14 +294,15 @@ def _iso(t: float) -> str:
 
 def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int], out: Path,
                config_source: str, command: str = "", progress: bool = True, resume: bool = False,
-               grid: Any = None, parallel_seeds: int = 1) -> dict[str, Any]:  # fmt: skip
+               grid: Any = None, parallel_seeds: int = 1, refill: bool = False) -> dict[str, Any]:  # fmt: skip
     """Every (task, seed, stack), seed-major so a shared machine's drift hits every stack alike. Each finished
     run is appended to the journal next to ``out`` (``<out>.journal``) as it finishes; once every run has
     finished the JSON is built from the journal and written to ``out`` atomically, and the journal removed
     (kept when runs failed, so that a resume runs them again). ``resume`` skips the runs the journal holds (after checking it is this grid's: config, code, machine).
     ``grid`` runs the remaining runs elsewhere (a :class:`portkern.train.ray_grid.RayGrid`); default: here,
     one after another. ``parallel_seeds`` K > 1 trains the seeds K at once on one device (jax only), in batches of
-    consecutive seeds, each batch one journal unit."""
+    consecutive seeds, each batch one journal unit; with ``refill``, every seed of the list in one batch of K
+    slots (a finished seed's slot takes the next seed), one journal unit per task and stack."""
     from ..journal import Journal, journal_path, write_json_atomically
 
     out = Path(out)
@@ -296,18 +311,19 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
     if not out.parent.exists():
         raise ValueError(f"--out {out}: folder {out.parent} does not exist")
     k = parallel_seeds
-    check_parallel(stacks, seeds, k)
+    check_parallel(stacks, seeds, k, refill)
     if k > 1 and grid is not None:
         raise ValueError(f"--parallel-seeds {k} with --ray: not supported (a Ray grid runs one seed per piece of "
                          "hardware); run the batches without --ray")  # fmt: skip
     plan = [(t, s, sd) for t in tasks for sd in seeds for s in stacks]
     unit = grid.unit if grid is not None else WHOLE_MACHINE_BATCH if k > 1 else WHOLE_MACHINE
     journal = Journal.open(
-        journal_path(out), "train", grid_identity(tasks, stacks, seeds, config_source, unit, k), resume,
+        journal_path(out), "train", grid_identity(tasks, stacks, seeds, config_source, unit, k, refill), resume,
         extra={"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "host": host_info(),
                "command": command},
     )  # fmt: skip
-    batches = [(t, s, tuple(seeds[i:i + k])) for t in tasks for i in range(0, len(seeds), k) for s in stacks]
+    group = len(seeds) if refill else k  # seeds per batch (journal unit)
+    batches = [(t, s, tuple(seeds[i:i + group])) for t in tasks for i in range(0, len(seeds), group) for s in stacks]
     batch_of = {(t.env_id, s.label, sd): b for b in batches for t, s, sds in [b] for sd in sds}
 
     def finished(t: TaskConfig, s: StackSpec, sd: int) -> bool:
@@ -333,7 +349,7 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
         if grid is not None:
             grid.execute(todo, record, record_failed, record_prime, progress=progress)
         elif todo_batches:
-            _run_batches(todo_batches, len(plan) - len(todo), bar, journal)
+            _run_batches(todo_batches, len(plan) - len(todo), bar, journal, k)
         elif todo:
             # Fail fast: every stack still to run builds and compiles before the first run starts.
             pairs = {(t.env_id, s.label): (t, s) for t, s, _ in todo}
@@ -375,24 +391,25 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
 
 
 def _run_batches(batches: Sequence[tuple[TaskConfig, StackSpec, tuple[int, ...]]], skipped: int, bar: _Progress,
-                 journal: Any) -> None:
+                 journal: Any, k: int) -> None:
     """K seeds at a time on one device (the jax stack's vmap), each batch journaled as one unit once all its
-    records are in: an interrupted batch leaves nothing, and a resume runs it again whole."""
+    records are in: an interrupted batch leaves nothing, and a resume runs it again whole. A batch of more than
+    K seeds refills: its K slots take its seeds in turn."""
     from . import jax_batch
 
     pairs = {(t.env_id, s.label): (t, s, len(sds)) for t, s, sds in batches}
-    for task, spec, k in pairs.values():  # compile each K's chunk program before the first timed batch
-        seconds = jax_batch.prime_parallel(task, k, spec.device)
+    for task, spec, n in pairs.values():  # compile each K's chunk programs before the first timed batch
+        seconds = jax_batch.prime_parallel(task, k, spec.device, n_seeds=n)
         journal.append(["prime", task.env_id, jax_batch.batch_label(spec.label, k)], {"seconds": round(seconds, 4)},
                        status="note")  # fmt: skip
     with bar:
         bar.skip(skipped)
         for i, (task, spec, seeds) in enumerate(batches):
-            bar.start_run(f"{task.env_id} {jax_batch.batch_label(spec.label, len(seeds))} seeds "
+            bar.start_run(f"{task.env_id} {jax_batch.batch_label(spec.label, k)} seeds "
                           f"{','.join(map(str, seeds))}", i)  # fmt: skip
             start = time.time()
             results, identity = jax_batch.train_batch(task, spec, list(seeds), on_update=bar.update,
-                                                    result_class=RunResult)  # fmt: skip
+                                                    result_class=RunResult, slots=k)  # fmt: skip
             schedule = local_schedule(start, time.time(), identity["hardware_key"])
             runs = [{**r.as_dict(), "schedule": schedule} for r in results]
             journal.append(batch_key(task, spec, seeds), {"runs": runs, "device": identity})
@@ -432,6 +449,7 @@ def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str,
     failures = [data for key, data in failed.items() if key[0] == "run" and key not in done]
     host_start = header.get("host") or host_info()
     k = header["identity"].get("parallel_seeds", 1)
+    refill = header["identity"].get("refill", False)
     return {
         "schema": TRAIN_SCHEMA, "portkern_version": __version__, "code_revision": header["identity"]["code_revision"],
         "created": header.get("created"), "command": command,
@@ -441,6 +459,8 @@ def build_document(header: dict[str, Any], done: dict[tuple[Any, ...], dict[str,
         "update_parts": UPDATE_PARTS, "untimed_tolerance": UNTIMED_TOLERANCE,
         "host": {**host_start, "load_avg_end": host_info()["load_avg"]},
         "order": "seed-major: for each task, every stack runs seed s before any runs seed s+1" if k == 1 else
+                 f"refill: for each task, every stack trains all the seeds in {k} slots, a finished seed's slot "
+                 "taking the next seed of the list, before the next stack" if refill else
                  f"batch-major: for each task, every stack trains a batch of {k} seeds at once (consecutive seeds "
                  "of the list) before any trains the next batch",
         "prime_s": primed, "devices": devices, "runs": runs, "failed": failures,

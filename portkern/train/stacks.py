@@ -7,6 +7,13 @@
 * ``<backend>+fused`` -- the policy's current weights copied into the in-kernel MLP once per update, the whole
   rollout collected in one launch, log-probs and values recomputed in PyTorch from the stored obs and actions.
 * ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
+  Each step's acting (the agent's forward and sample, log-prob, value), env step (the torch backends' own
+  physics and autoreset) and storage writes run as one ``torch.compile`` call (:class:`CompiledCollect`; timed
+  as phase "env"; an env step that does not compile to one graph, Acrobot-v1's, collects eagerly); the suffix ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time
+  through :meth:`VectorEnv.step`, so a report shows what compiling the acting buys. Its label says
+  ``+eager-act``; the compiled one's label is the plain name, and each run's ``collect`` says which ran.
+  Compiled, the two stacks step through one graph (the ops both backends share) and differ only in their GAE;
+  ``+eager-act`` keeps each backend's own stepping (eager ops, or torch_compile's compiled step and reset).
 * ``jax`` -- PPO itself in JAX (:mod:`portkern.train.jax_ppo`): rollout scan, GAE scan and every epoch and
   minibatch each one compiled program, PureJaxRL's design, on the jax backend's physics.
 
@@ -24,13 +31,14 @@ update was the default (so those files' stacks and the new eager ones stay one s
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from .. import buffer, envs, step
 from ..backends import Backend, get_backend
+from ..backends.torch_compile import _renamed
 from ..identity import Target, device_info, machine_label
 from .config import TaskConfig
 from .ppo import Agent, PhaseTimer, torch_gae
@@ -39,6 +47,9 @@ TORCH_BACKENDS = ("torch", "torch_compile")
 #: Stack-name suffixes: the PPO update compiled (the default of every torch-agent stack), or eager.
 COMPILED_UPDATE = "+compiled-update"
 EAGER_UPDATE = "+eager-update"
+#: Stack-name suffixes of the torch stacks' acting and env stepping: compiled (the default), or eager.
+COMPILED_ACT = "+compiled-act"
+EAGER_ACT = "+eager-act"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +59,15 @@ class StackSpec:
     mode: str  # "host-sim", "step", "fused", "resident"
     device: str | None = None
     compiled_update: bool = False  # the PPO update as one compiled call per minibatch (ppo.CompiledUpdate)
+    compiled_act: bool = False  # torch stacks: acting and env stepping compiled (CompiledCollect)
 
     @property
     def label(self) -> str:
-        """The stack's name in training files: ``+compiled-update`` where the update was compiled."""
+        """The stack's name in training files: ``+compiled-update`` where the update was compiled, ``+eager-act``
+        where a torch stack acted and stepped eagerly."""
+        act = EAGER_ACT if self.backend in TORCH_BACKENDS and not self.compiled_act else ""
         update = COMPILED_UPDATE if self.compiled_update else ""
-        return self.name + update + (f"@{self.device}" if self.device else "")
+        return self.name + act + update + (f"@{self.device}" if self.device else "")
 
 
 def parse_stack(text: str) -> StackSpec:
@@ -64,6 +78,14 @@ def parse_stack(text: str) -> StackSpec:
     raw = text.strip()
     name, _, device = raw.partition("@")
     name, device = name.strip(), device.strip() or None
+    for suffix in (COMPILED_ACT, EAGER_ACT):
+        if name.endswith(suffix):
+            core = name[: -len(suffix)]
+            spec = parse_stack(core + (f"@{device}" if device else "")) if core else None
+            if spec is None or spec.backend not in TORCH_BACKENDS:
+                raise ValueError(f"--stack {raw!r}: {suffix} applies to the torch and torch_compile stacks (whose "
+                                 f"acting and env stepping compile), not {core!r}")  # fmt: skip
+            return dataclasses.replace(spec, compiled_act=suffix == COMPILED_ACT)
     for suffix in (COMPILED_UPDATE, EAGER_UPDATE):
         if name.endswith(suffix):
             core = name[: -len(suffix)]
@@ -92,7 +114,7 @@ def parse_stack(text: str) -> StackSpec:
         if plus:
             raise ValueError(f"--stack {raw!r}: the torch backends have no fused kernels (they are the framework "
                              f"stack); use {base!r}")  # fmt: skip
-        return StackSpec(name, base, "resident", device, compiled_update=True)
+        return StackSpec(name, base, "resident", device, compiled_update=True, compiled_act=True)
     return StackSpec(name, base, "fused" if plus else "step", device, compiled_update=True)
 
 
@@ -110,10 +132,11 @@ class Storage:
     final_obs: torch.Tensor
 
     @classmethod
-    def zeros(cls, T: int, N: int, D: int, discrete: bool, device: torch.device) -> Storage:
+    def zeros(cls, T: int, N: int, D: int, discrete: bool, device: torch.device, action_dim: int = 1) -> Storage:
         f = dict(device=device)
+        a_shape = (T, N) if action_dim == 1 else (T, N, action_dim)  # a Box of several components: [T, N, A]
         return cls(
-            obs=torch.zeros((T, N, D), **f), actions=torch.zeros((T, N), dtype=torch.long if discrete else torch.float32, **f),
+            obs=torch.zeros((T, N, D), **f), actions=torch.zeros(a_shape, dtype=torch.long if discrete else torch.float32, **f),
             logprobs=torch.zeros((T, N), **f), values=torch.zeros((T, N), **f), rewards=torch.zeros((T, N), **f),
             terminated=torch.zeros((T, N), dtype=torch.bool, **f), truncated=torch.zeros((T, N), dtype=torch.bool, **f),
             final_obs=torch.zeros((T, N, D), **f),
@@ -129,6 +152,7 @@ class Stack:
         self.discrete = self.env_spec.is_discrete
         self.n_actions = self.env_spec.discrete_actions if self.discrete else None
         self.obs_dim = self.env_spec.obs_dim
+        self.action_dim = self.env_spec.action_dim
         self.agent_device = torch.device("cpu")
         self.backend: Backend | None = None
 
@@ -148,8 +172,9 @@ class Stack:
         env.reset()
         if self.spec.mode == "fused":
             env.rollout(1, agent.in_kernel_policy(), path="fused")
-        else:
-            env.step(np.zeros(cfg.num_envs, np.int32 if self.discrete else np.float32))
+        elif not self.spec.compiled_act:  # a compiled collection steps in its own graph (TorchStack.warm_up)
+            env.step(np.zeros(cfg.num_envs if self.action_dim == 1 else (cfg.num_envs, self.action_dim),
+                             np.int32 if self.discrete else np.float32))  # fmt: skip
         z, f = np.zeros((cfg.num_steps, cfg.num_envs), np.float32), np.zeros((cfg.num_steps, cfg.num_envs), np.bool_)
         buffer.gae(*(b.from_host(a) for a in (z, z, z, f, f)), gamma=cfg.gamma, lam=cfg.gae_lambda, backend=b)
         self.sync()
@@ -238,7 +263,7 @@ class GymnasiumStack(Stack):
                 store.obs[t] = next_obs
             action = self.act(agent, store, t, timer)
             with timer("move"):
-                host_actions = action.numpy() if self.discrete else action.numpy()[:, None]
+                host_actions = action.numpy() if self.discrete else action.numpy().reshape(len(action), -1)
             with timer("env"):
                 obs, reward, terminated, truncated, info = self.envs.step(host_actions)
             with timer("move"):
@@ -313,9 +338,163 @@ class PortkernStack(Stack):
         with timer("act"), torch.no_grad():
             # The kernel sampled the actions with these weights; PPO needs their log-probs and values.
             flat_obs = store.obs.reshape(-1, self.obs_dim)
-            _, logprob, _, value = agent.act(flat_obs, store.actions.reshape(-1))
+            _, logprob, _, value = agent.act(flat_obs, store.actions.flatten(0, 1))
             store.logprobs.copy_(logprob.reshape(store.logprobs.shape))
             store.values.copy_(value.reshape(store.values.shape))
+        return next_obs
+
+
+#: (what fixes a compiled collection step's graph) -> that step compiled; one per process, like ppo's updates.
+_COLLECT_STEPS: dict = {}
+#: The keys of _COLLECT_STEPS whose graph has been compiled (a whole rollout collected once).
+_WARM_STEPS: set = set()
+
+
+def _put(dst: torch.Tensor, t: torch.Tensor, row: torch.Tensor) -> None:
+    """``dst[t] = row`` for a one-element index tensor ``t``: ``dst[t]`` with a tensor index would read it back to
+    the host (a graph break); ``index_copy_`` keeps the step in the graph, and one graph serves every t."""
+    dst.index_copy_(0, t, row.unsqueeze(0).to(dst.dtype))
+
+
+def _act(template: Agent, names: tuple[str, ...], discrete: bool, params: list[torch.Tensor], obs: torch.Tensor,
+         s_obs: torch.Tensor, s_actions: torch.Tensor, s_logprobs: torch.Tensor, s_values: torch.Tensor,
+         t: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Step ``t``'s acting as :meth:`Stack.act` does it: the obs recorded, the action sampled by the agent's own
+    :meth:`Agent.act` (``functional_call`` swaps ``params`` into ``template``), its log-prob and value recorded;
+    the action as the env takes it."""
+    from torch.func import functional_call
+
+    _put(s_obs, t, obs)
+    action, logprob, _, value = functional_call(template, dict(zip(names, params)), (obs,))
+    _put(s_actions, t, action)
+    _put(s_logprobs, t, logprob)
+    _put(s_values, t, value)
+    return action.to(torch.int32) if discrete else action
+
+
+def _step(spec: Any, next_step: bool, max_steps: int, actions: torch.Tensor, state: torch.Tensor,
+          steps: torch.Tensor, episodes: torch.Tensor, needs_reset: torch.Tensor, obs: torch.Tensor,
+          final_obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+          env_params: torch.Tensor, seed: torch.Tensor, env_index: torch.Tensor, s_rewards: torch.Tensor,
+          s_terminated: torch.Tensor, s_truncated: torch.Tensor, s_final_obs: torch.Tensor,
+          t: torch.Tensor) -> None:  # fmt: skip
+    """One env step as the torch backends take it (``_torch_ops.env_step``: the reference physics through the
+    torch namespace, same-step or next-step autoreset), its outcome recorded at ``t``. The autoreset runs the
+    reset draws for every env and keeps the finished ones' (``torch.where``) instead of the backends' ``nonzero``
+    and indexed writes: Philox is counter-based (seed, env, episode), so each finished env gets the very draw
+    ``_torch_ops.autoreset`` gives it, and the step needs no host synchronisation and no data-dependent shape."""
+    from ..backends import _torch_ops as ops
+    from ..envs.base import ParamView
+
+    p = ParamView(spec.field_names, env_params)
+    finished = ops.env_step(spec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated,
+                            truncated, p, max_steps, next_step)  # fmt: skip
+    ep = episodes.view(torch.int32)  # uint32 has no tensor arithmetic: its bits through int32, as autoreset does
+    bumped = (ep.to(torch.int64) + 1) & ops.MASK32
+    fresh = ops.reset_states(spec, p, seed, env_index, bumped, state.dtype)
+    ep.copy_(torch.where(finished, torch.where(bumped >= 2**31, bumped - 2**32, bumped).to(torch.int32), ep))
+    state.copy_(torch.where(finished, torch.stack(fresh), state))
+    steps.copy_(torch.where(finished, torch.zeros_like(steps), steps))
+    o = torch.where(finished[:, None], spec.observe(fresh), obs)
+    obs.copy_(o)
+    if next_step:
+        final_obs.copy_(o)
+    for dst, src in ((s_rewards, reward), (s_terminated, terminated), (s_truncated, truncated),
+                     (s_final_obs, final_obs)):  # fmt: skip
+        _put(dst, t, src)
+
+
+class _CollectGraph:
+    """A compiled collection step, compiled whole (``fullgraph``). Where Dynamo cannot take the step as one graph
+    (an env helper with a data-dependent loop: Acrobot's angle wrap reads a flag back to the host) it raises while
+    tracing, before anything ran; ``whole`` is then False and the stack collects eagerly: a step broken into
+    pieces pays every piece's guards and the host reads between them, no cheaper than the eager ops (measured on
+    Acrobot-v1), and its later pieces depend on the data, so no warm-up could compile them all."""
+
+    def __init__(self, step: Callable[..., None]) -> None:
+        self.fn = torch.compile(step, dynamic=False, fullgraph=True, options={"fallback_random": True})
+        self.whole: bool | None = None  # known after the first call
+
+    def __call__(self, *args: torch.Tensor) -> bool:
+        """One step; False (nothing ran) where the step does not compile to one graph."""
+        if self.whole is None:
+            try:
+                self.fn(*args)
+            except torch._dynamo.exc.Unsupported:
+                self.whole = False
+                return False
+            self.whole = True
+            return True
+        if not self.whole:
+            return False
+        self.fn(*args)
+        return True
+
+
+class CompiledCollect:
+    """A torch stack's acting and env stepping as one ``torch.compile``d call per step (:func:`_act` then
+    :func:`_step`) instead of some sixty eager ops, each paying Python and dispatcher overhead at 32 envs. One
+    call, not one for acting and one for stepping: the second call cost a quarter more per rollout on the 2-core
+    development VM. So the whole step is the phase "env", as a fused stack's in-kernel acting is.
+
+    Sampling stays the agent's own (``Categorical`` / ``Normal`` of :meth:`Agent.act`) on PyTorch's global
+    generator: the step is compiled with Inductor's ``fallback_random``, so its random ops are ATen's, drawing
+    the same numbers in the same order as the eager collection. Compiled once per process and shape around a
+    template agent (the parameters, env buffers and storage are arguments), and reused by every run.
+    """
+
+    def __init__(self, stack: TorchStack, agent: Agent, store: Storage) -> None:
+        env, b = stack.env, stack.backend
+        spec, bufs = env.spec, env._bufs
+        self.env, self.store, self.agent, self.bufs = env, store, agent, bufs
+        names = tuple(n for n, _ in agent.named_parameters())
+        self.params = [p.detach() for p in agent.parameters()]
+        self.env_params = b._params_view(spec, env._param_vector)._values
+        self.seed = torch.tensor(env.seed, dtype=torch.int64, device=b.device)  # a tensor: no recompile per seed
+        self.env_index = torch.arange(env.num_envs, dtype=torch.int64, device=b.device)
+        T = store.obs.shape[0]
+        self.ts = list(torch.arange(T, dtype=torch.int64, device=b.device).reshape(T, 1))  # t as data
+        next_step, max_steps, discrete = env.autoreset == "next_step", int(spec.max_episode_steps), agent.discrete
+        a = agent.actor
+        # Everything Dynamo guards on that can change between runs, the thread count included (part of its
+        # global state guard: a run capped at other threads than the prime's needs its own graph).
+        self.key = (spec.id, spec.kernel_key, env.num_envs, T, a[0].in_features, a[0].out_features,
+                    a[-1].out_features, discrete, next_step, max_steps, str(b.device), str(bufs.state.dtype),
+                    torch.get_num_threads())  # fmt: skip
+        if self.key not in _COLLECT_STEPS:
+            template = Agent(a[0].in_features, a[-1].out_features if discrete else None,
+                             a[0].out_features, action_dim=agent.action_dim).to(b.device)  # fmt: skip
+
+            def collect_step(params, obs, s_obs, s_actions, s_logprobs, s_values, *env_args):  # noqa: ANN001, ANN202
+                t = env_args[-1]
+                actions = _act(template, names, discrete, params, obs, s_obs, s_actions, s_logprobs, s_values, t)
+                _step(spec, next_step, max_steps, actions, *env_args)
+
+            # A code object of its own per key (Dynamo's cache and recompile limit are per code object: one shared
+            # by every env and shape would fall back to eager after eight), named for profiles.
+            name = f"pk_collect_{spec.kernel_key}_{env.num_envs}x{T}_{len(_COLLECT_STEPS)}"
+            _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name))
+        self.graph: _CollectGraph = _COLLECT_STEPS[self.key]
+
+    def collect(self, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor | None:
+        """Fill the storage with one rollout from ``next_obs`` (phase "env"); the obs after the last step, or None
+        (nothing stepped) where the step does not compile to one graph."""
+        b, st = self.bufs, self.store
+        env_args = (b.state, b.steps, b.episodes, b.needs_reset, b.obs, b.final_obs, b.reward, b.terminated,
+                    b.truncated, self.env_params, self.seed, self.env_index, st.rewards, st.terminated, st.truncated,
+                    st.final_obs)  # fmt: skip
+        # Once compiled, Dynamo's guards (on the template agent's modules and some 30 tensors) cost as much as the
+        # compiled step at this size and are skipped, as ppo.CompiledUpdate skips its own: the key fixes every
+        # shape, dtype and device, so one graph serves every call, and a call that would need another raises.
+        g = self.graph
+        stance = torch.compiler.set_stance(skip_guard_eval_unsafe=bool(self.key in _WARM_STEPS and g.whole))
+        with timer("env"), torch.no_grad(), stance:
+            b.obs.copy_(next_obs)  # the obs acted on first (in every run already the env's own)
+            for t in self.ts:
+                if not g(self.params, b.obs, st.obs, st.actions, st.logprobs, st.values, *env_args, t):
+                    return None
+            next_obs = b.obs.clone()
+        _WARM_STEPS.add(self.key)
         return next_obs
 
 
@@ -329,6 +508,10 @@ class TorchStack(Stack):
         return obs.clone()
 
     def collect(self, agent: Agent, store: Storage, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor:
+        if self.spec.compiled_act:
+            out = self._compiled_collect(agent, store).collect(timer, next_obs)
+            if out is not None:
+                return out
         env = self.env
         store.obs[0] = next_obs
         for t in range(store.obs.shape[0]):
@@ -344,6 +527,43 @@ class TorchStack(Stack):
                 else:
                     next_obs = obs.clone()
         return next_obs
+
+    @property
+    def collect_kind(self) -> str:
+        """How this stack collects: "compiled", or "eager" (``+eager-act``, or an env step that does not compile
+        to one graph: known once the stack has warmed up)."""
+        cc = getattr(self, "_cc", None)
+        return "compiled" if self.spec.compiled_act and (cc is None or cc.graph.whole is not False) else "eager"
+
+    def _compiled_collect(self, agent: Agent, store: Storage) -> CompiledCollect:
+        """The compiled collection for this agent and storage (the runner keeps both for the whole run)."""
+        cc = getattr(self, "_cc", None)
+        if cc is None or cc.store is not store or cc.agent is not agent:
+            cc = self._cc = CompiledCollect(self, agent, store)
+        return cc
+
+    def warm_up(self, agent: Agent) -> None:
+        super().warm_up(agent)
+        if not self.spec.compiled_act:
+            return
+        # Compile the collection step now, on a throwaway env, agent and storage of the run's shapes, with the
+        # global generator's state put back: the run's draws are the same whether or not this compiled.
+        cfg = self.task.ppo
+        throwaway = type(self)(self.spec, self.task, self.seed)
+        obs = throwaway.make_env()
+        store = Storage.zeros(cfg.num_steps, cfg.num_envs, self.obs_dim, self.discrete, self.agent_device,
+                              self.action_dim)  # fmt: skip
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.agent_device) if self.agent_device.type == "cuda" else None
+        try:
+            copy = Agent(self.obs_dim, self.n_actions, cfg.hidden, self.action_dim).to(self.agent_device)
+            copy.load_state_dict(agent.state_dict())
+            throwaway._compiled_collect(copy, store).collect(PhaseTimer(), obs)
+        finally:
+            torch.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.agent_device)
+        self.sync()
 
     def advantages(self, store: Storage, next_values: torch.Tensor, timer: PhaseTimer) -> tuple[torch.Tensor, torch.Tensor]:
         with timer("adv"):
