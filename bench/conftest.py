@@ -36,6 +36,7 @@ _DEVICES = pytest.StashKey[dict]()
 _GROUPS = pytest.StashKey[dict]()  # nodeid -> its Group (timed cases only)
 _LOAD = pytest.StashKey[dict]()
 _JOURNAL = pytest.StashKey["BenchJournal | None"]()
+_LEFT_OUT = pytest.StashKey[dict]()  # case id -> the quick-mode case it repeats (suite.quick_left_out)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,9 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--pk-slot-ms", type=float, default=None,
                 help=f"shortest timed slot of one case in a round, ms (default {suite.SLOT_S * 1e3:g}; "
                      f"{suite.QUICK_SLOT_S * 1e3:g} with --pk-sizes=quick)")  # fmt: skip
-    g.addoption("--pk-visits", type=int, default=3,
+    g.addoption("--pk-visits", type=int, default=None,
                 help="most visits a group's rounds are split into, one at the first test of each of its targets "
-                     "(spread over the run); 1: all rounds at once (default 3)")  # fmt: skip
+                     f"(spread over the run); 1: all rounds at once (default {suite.VISITS}; {suite.QUICK_VISITS} "
+                     "with --pk-sizes=quick)")  # fmt: skip
+    g.addoption("--pk-cases", choices=("all", "quick"), default=None,
+                help="all: every case; quick: leave out the cases that repeat another (suite.quick_left_out), "
+                     "listed in the JSON as left out (default: quick with --pk-sizes=quick, else all)")  # fmt: skip
     g.addoption("--pk-group-s", type=float, default=None,
                 help=f"most seconds of rounds per group; fewer rounds (>= {suite.MIN_ROUNDS}) beyond it (default "
                      f"{suite.GROUP_BUDGET_S:g}; {suite.QUICK_GROUP_BUDGET_S:g} with --pk-sizes=quick)")  # fmt: skip
@@ -74,11 +79,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if steps is not None and steps < 1:
         raise pytest.UsageError(f"--pk-rollout-steps: expected an int >= 1, got {steps}")
     _timing(config)
-    if config.getoption("--pk-visits") < 1:
+    if _visits(config) < 1:
         raise pytest.UsageError(f"--pk-visits: expected an int >= 1, got {config.getoption('--pk-visits')}")
     config.stash[_CASES] = []
     config.stash[_DEVICES] = {}
     config.stash[_GROUPS] = {}
+    config.stash[_LEFT_OUT] = {}
     config.stash[_LOAD] = {"start": _loadavg()}
     # The run's journal, when its driver registered one (portkern bench/tune): visits kept as they finish.
     config.stash[_JOURNAL] = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BenchJournal)),
@@ -118,6 +124,17 @@ def _quick(config: pytest.Config) -> bool:
     return config.getoption("--pk-sizes") == "quick"
 
 
+def _visits(config: pytest.Config) -> int:
+    visits = config.getoption("--pk-visits")
+    return (suite.QUICK_VISITS if _quick(config) else suite.VISITS) if visits is None else visits
+
+
+def _quick_cases(config: pytest.Config) -> bool:
+    """Whether this run leaves out the cases that repeat another (--pk-cases, by default a quick run)."""
+    cases = config.getoption("--pk-cases")
+    return _quick(config) if cases is None else cases == "quick"
+
+
 def _device(config: pytest.Config, t: suite.Target) -> dict[str, Any]:
     """Device info of an available target (opened once), with the full-mode size ladder of its hardware."""
     cache = config.stash[_DEVICES]
@@ -154,7 +171,7 @@ def _sizes(config: pytest.Config, t: suite.Target, kernel: str) -> tuple[int, ..
         sizes = _device(config, t)["sizes"][fam]
     else:
         sizes = _check_sizes(mode) if fam != "copy" else suite.QUICK_SIZES["copy"]
-    return suite.tune_sizes(sizes) if config.getoption("--pk-tune") else sizes
+    return suite.tune_sizes(sizes, kernel) if config.getoption("--pk-tune") else sizes
 
 
 def _check_sizes(mode: str) -> tuple[int, ...]:
@@ -216,6 +233,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for size in sorted({s for k in kernels for s in _sizes(config, t, k)}):
             for kernel in kernels:
                 if size not in _sizes(config, t, kernel):
+                    continue
+                repeats = suite.quick_left_out(t.backend, kernel, t.simulator) if _quick_cases(config) else None
+                if repeats is not None:  # left out in the open: the JSON lists it with the case it repeats
+                    config.stash[_LEFT_OUT][Case(t, size, None, kernel, steps).id] = {
+                        "kernel": kernel, "backend": t.backend, "device": t.device, "size": size, "repeats": repeats}
                     continue
                 configs: list[dict[str, Any] | None] = [None]
                 if config.getoption("--pk-tune") and not t.simulator:
@@ -316,7 +338,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if key not in groups:
             groups[key] = Group(f"{key[0]}@{hw}-n{case.size}", [])
         groups[key].members.append((item.nodeid, case))
-    cap = config.getoption("--pk-visits")
+    cap = _visits(config)
     for g in groups.values():
         seen: list[suite.Target] = []
         for nodeid, case in g.members:
@@ -580,11 +602,24 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "sizes": config.getoption("--pk-sizes"),
         "tune": bool(config.getoption("--pk-tune")),
         "timing": {"method": "interleaved rounds, order shuffled per round, in visits spread over the run",
-                   "rounds": rounds, "visits_max": config.getoption("--pk-visits"), "slot_s": slot_s,
+                   "rounds": rounds, "visits_max": _visits(config), "slot_s": slot_s,
                    "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},
         "loadavg": {**config.stash[_LOAD], "end": _loadavg()},  # a shared machine: how busy it was
         "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run
         **({} if config.stash.get(_JOURNAL, None) is None else
            {"resumed": config.stash[_JOURNAL].resumed()}),  # visits/cases replayed from an interrupted run's journal
+        "left_out": _left_out(config),
         "cases": config.stash[_CASES],
     }
+
+
+def _left_out(config: pytest.Config) -> dict[str, Any]:
+    """The case selection: "all", or "quick" with every case left out and the case it repeats (only those of
+    the kernels this run selected), so a quick run's report can say that it ran a subset and which."""
+    names = [k for k in config.getoption("--pk-kernels").split(",") if k]
+    cases = [c for c in config.stash[_LEFT_OUT].values()
+             if not names or any(_kernel_match(n, c["kernel"]) for n in names)]  # fmt: skip
+    if not _quick_cases(config):
+        return {"cases": "all", "left_out": []}
+    return {"cases": "quick", "rule": "a case that repeats another (the same code at the same size) is left out",
+            "left_out": cases}

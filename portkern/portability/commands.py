@@ -22,7 +22,7 @@ from .tune import write_tuned
 #: Interleaved rounds per group, shortest slot and group budget with --quick. Given explicitly, so
 #: --quick --sizes N keeps the quick timing; a full run uses the suite's defaults.
 QUICK_TIMING = [f"--pk-rounds={suite.QUICK_ROUNDS}", f"--pk-slot-ms={suite.QUICK_SLOT_S * 1e3:g}",
-                f"--pk-group-s={suite.QUICK_GROUP_BUDGET_S:g}"]  # fmt: skip
+                f"--pk-group-s={suite.QUICK_GROUP_BUDGET_S:g}", f"--pk-visits={suite.QUICK_VISITS}"]  # fmt: skip
 FULL_TIMING: list[str] = []
 QUICK_ROLLOUT_STEPS = suite.QUICK_ROLLOUT_T  # T of the rollout cases with --quick
 
@@ -383,9 +383,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
     p.add_argument("--device", default=None, help="only devices whose name contains this substring")
     p.add_argument("--quick", action="store_true",
-                   help="small sizes, 15 short interleaved rounds: indicative figures (about a minute on 2 quiet cores)")
+                   help=f"small sizes without the cases that repeat another (listed in results.json), "
+                        f"{suite.QUICK_ROUNDS} short interleaved rounds: indicative figures (at most three minutes on 2 "
+                        "quiet cores)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=None,
-                   help="interleaved rounds per group (default 30; 15 with --quick)")
+                   help=f"interleaved rounds per group (default {suite.ROUNDS}; {suite.QUICK_ROUNDS} with --quick)")
     p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items (N >= 1)")
     p.add_argument("--rollout-steps", type=int, default=None, metavar="T",
                    help="steps per rollout of the data-path cases (default 128; 32 with --quick)")

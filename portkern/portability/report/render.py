@@ -228,6 +228,13 @@ def markdown(rep: dict[str, Any]) -> str:
                 f"{'is a' if len(rep['quick']) == 1 else 'are'} `--quick` run{'s' if len(rep['quick']) > 1 else ''}: "
                 "small sizes, few and short rounds on a possibly shared machine. Read the intervals, not the "
                 "points; act on a full `portkern bench` run.", ""]  # fmt: skip
+    left = {p: m["left_out"]["left_out"] for p, m in rep.get("runs", {}).items()
+            if (m.get("left_out") or {}).get("left_out")}  # fmt: skip
+    for p, cases in left.items():  # a quick run's subset, said where its figures are read
+        kinds = sorted({f"{(c['kernel'].split(':') + ['', ''])[2]} path on {c['backend']}" for c in cases})
+        out += [f"> **A subset.** {p} left out {len(cases)} case(s) that repeat another (the same code at the same "
+                f"size): the {', '.join(kinds)}; each is listed with the case it repeats under `left_out` in that "
+                "file.", ""]  # fmt: skip
     out += [f"Runs: {', '.join(rep['sources'])} (machines: {rep['machines']}).", ""]
     old = [p for p, m in rep.get("runs", {}).items() if m.get("schema") == "portkern-bench/1"]
     if old:

@@ -16,8 +16,9 @@ from .cases import (
     BUFFER_T, EPS, GAMMA, GATHER_FEATURES, LAM, copy_bandwidth, device_copy, prepare, prepare_copy,
 )  # fmt: skip
 from .kernels import (
-    KERNELS, MLP_ENVS, QUICK_ROLLOUT_T, QUICK_SIZES, ROLLOUT_KERNELS, ROLLOUT_T, SIM_ROLLOUT_T, SIM_SIZES,
-    RolloutKernel, case_stack_class, comparison_kernel, family, full_sizes, rollout_kernel, size_family,
+    DEVICE_PATH_IS_FUSED, KERNELS, MLP_ENVS, QUICK_ROLLOUT_T, QUICK_SIZES, ROLLOUT_KERNELS, ROLLOUT_T, SIM_ROLLOUT_T,
+    SIM_SIZES, RolloutKernel, case_stack_class, comparison_kernel, family, full_sizes, quick_left_out, rollout_kernel,
+    size_family,
 )  # fmt: skip
 from .knobs import (
     CASE_KNOBS, KNOBS, all_configs, applied, config_id, config_origin, current_config, knobs, resolved_config,
@@ -27,19 +28,20 @@ from .prepared import ATOL, PARITY_STEPS, RATE_BASIS, RTOL, SEED, Parity, Prepar
 from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN, _compare_paths
 from .runinfo import code_fingerprint, run_info
 from .timing import (
-    CHUNKS, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, ROUNDS, SLOT_S,
-    _plan, calibrate, interleave, make_slot, round_summary,
+    CHUNKS, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, QUICK_VISITS,
+    ROUNDS, SLOT_S, VISITS, _plan, calibrate, interleave, make_slot, round_summary,
 )  # fmt: skip
 
 __all__ = [
-    "ATOL", "BUFFER_T", "CASE_KNOBS", "CHUNKS", "DRIFT_ATOL", "DRIFT_RTOL", "EPS", "FIELDS", "GAMMA", "GATHER_FEATURES",
-    "GROUP_BUDGET_S", "KERNELS", "KNOBS", "LAM", "MAX_REPS", "MIN_ROUNDS", "MLP_ENVS", "MLP_FLIP_SHARE", "MLP_HIDDEN",
-    "PARITY_STEPS", "PATHS", "QUICK_GROUP_BUDGET_S", "QUICK_ROLLOUT_T", "QUICK_ROUNDS", "QUICK_SIZES",
-    "QUICK_SLOT_S", "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "SCHEMA", "SEED",
-    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "Parity", "Prepared", "RolloutKernel", "Target",
-    "_compare_paths", "_plan", "all_configs", "applied", "calibrate", "canonical_vendor", "case_stack_class",
-    "code_fingerprint", "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model",
-    "current_config", "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label",
-    "make_slot", "open_backend", "prepare", "prepare_copy", "rates", "resolved_config", "rollout_kernel",
+    "ATOL", "BUFFER_T", "CASE_KNOBS", "CHUNKS", "DEVICE_PATH_IS_FUSED", "DRIFT_ATOL", "DRIFT_RTOL", "EPS",
+    "FIELDS", "GAMMA", "GATHER_FEATURES", "GROUP_BUDGET_S", "KERNELS", "KNOBS", "LAM", "MAX_REPS", "MIN_ROUNDS",
+    "MLP_ENVS", "MLP_FLIP_SHARE", "MLP_HIDDEN", "PARITY_STEPS", "PATHS", "Parity", "Prepared",
+    "QUICK_GROUP_BUDGET_S", "QUICK_ROLLOUT_T", "QUICK_ROUNDS", "QUICK_SIZES", "QUICK_SLOT_S", "QUICK_VISITS",
+    "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "RolloutKernel", "SCHEMA", "SEED",
+    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "Target", "VISITS", "_compare_paths", "_plan",
+    "all_configs", "applied", "calibrate", "canonical_vendor", "case_stack_class", "code_fingerprint",
+    "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "current_config",
+    "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label", "make_slot",
+    "open_backend", "prepare", "prepare_copy", "quick_left_out", "rates", "resolved_config", "rollout_kernel",
     "round_summary", "run_info", "size_family", "slug", "targets", "tune_sizes",
 ]  # fmt: skip

@@ -22,10 +22,37 @@ ROLLOUT_KERNELS: tuple[str, ...] = tuple(k for k in ALL_ROLLOUT_KERNELS
 ROLLOUT_T, QUICK_ROLLOUT_T, SIM_ROLLOUT_T = 128, 32, 8  # steps per rollout: full, quick, simulator devices
 
 #: Sizes (items) per kernel family and mode; "full" is replaced by a ladder scaled to the device.
-#: Rollout sizes are env counts N (a case runs N x T env steps); the MLP's host path is slow, so smaller.
-QUICK_SIZES = {"step": (1024, 16384), "buffer": (8192, 65536), "copy": (32 << 20,), "rollout": (2048,),
-               "rollout-mlp": (512,)}  # fmt: skip
+#: Rollout sizes are env counts N (a case runs N x T env steps). Quick rollouts run at the smaller step
+#: size: their host path steps the env at N, so a backend that compiles per shape (jax) reuses the step
+#: case's programs instead of compiling each env's step and reset once more.
+QUICK_SIZES = {"step": (1024, 16384), "buffer": (8192, 65536), "copy": (32 << 20,), "rollout": (1024,),
+               "rollout-mlp": (1024,)}  # fmt: skip
 SIM_SIZES = {"step": (64,), "buffer": (1024,), "rollout": (64,), "rollout-mlp": (16,)}  # an interpreter: tiny
+
+#: Backends whose "device" rollout path runs the very code of their "fused" path: their env_rollout
+#: has no launch to split, so steps_per_launch is checked and ignored (numpy: the reference loop;
+#: torch and torch_compile: one loop of tensor ops; jax: one scan). A quick run times their fused path
+#: only and records the device case as left out (quick_left_out); the full run times both.
+DEVICE_PATH_IS_FUSED = frozenset({"numpy", "torch", "torch_compile", "jax"})
+
+
+def quick_left_out(backend: str, kernel: str, simulator: bool) -> str | None:
+    """Why a quick run leaves this case out, as the case it repeats; None for a case a quick run keeps.
+
+    * The device path of a backend in DEVICE_PATH_IS_FUSED repeats its fused path (same code, same N).
+    * On a simulator or correctness harness (parity only, never timed), the host path repeats the
+      step case (the same step kernel at the same N; the host loop itself is checked on every timed
+      device) and the device path repeats the fused path (the same rollout kernel, one step per launch).
+    """
+    rk = rollout_kernel(kernel)
+    if rk is None or rk.path == "fused":
+        return None
+    fused = kernel.replace(f":{rk.path}", ":fused", 1)
+    if simulator:
+        return f"step:{rk.env}" if rk.path == "host" else fused
+    if rk.path == "device" and backend in DEVICE_PATH_IS_FUSED:
+        return fused
+    return None
 
 
 @dataclass(frozen=True)

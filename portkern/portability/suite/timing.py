@@ -16,10 +16,18 @@ from .prepared import Prepared
 
 #: Rounds per group, the shortest timed slot (back-to-back synchronised launches of one case) and the
 #: most seconds one group's rounds may take (fewer rounds then, never under MIN_ROUNDS): full, quick.
-ROUNDS, QUICK_ROUNDS, MIN_ROUNDS = 30, 15, 5
+#: A quick run's rounds are its smallest share of time (compiles, parity and preparation are most of
+#: it), so fewer rounds buy little; 10 still put a paired ratio's 10th-90th percentile interval between
+#: distinct values of it, where 5 would make it the min and max.
+ROUNDS, QUICK_ROUNDS, MIN_ROUNDS = 30, 10, 5
 #: Slots of ~10 ms span several scheduler time slices, so one preemption does not decide a round.
 SLOT_S, QUICK_SLOT_S = 20e-3, 10e-3
-GROUP_BUDGET_S, QUICK_GROUP_BUDGET_S = 10.0, 1.5
+GROUP_BUDGET_S, QUICK_GROUP_BUDGET_S = 10.0, 1.0
+#: Most visits a group's rounds are split into (bench/conftest.py): a full run spreads them over the
+#: run to sample its changing load; a quick run times each group in one visit, since every further
+#: visit prepares, calibrates and warms each member again, which costs a slow rollout case more than
+#: its rounds (its members stay paired round by round either way).
+VISITS, QUICK_VISITS = 3, 1
 MAX_REPS = 100_000
 
 
