@@ -40,6 +40,13 @@ SHARED_SUITE_EXCLUSIONS = {
 }
 
 
+#: (backend, env) pairs the shared fixtures leave to an env's own test module, and why (said in the skip reason).
+SHARED_SUITE_ENV_EXCLUSIONS = {
+    ("jax", "Chain-v0"): "XLA compiles Chain-v0's unrolled articulated-body passes for ~20 s per program on 2 cores: "
+                         "its steps and its fused rollout against the reference run in tests/test_chain_env.py",
+}
+
+
 def _devices(name: str) -> list[tuple[str, str | None]]:
     """(test id, device) per device a backend's tests run on. OpenCL: every real device found, by
     implementation (opencl-pocl, opencl-intel: two compilers for one CPU; Oclgrind has its own
@@ -85,6 +92,28 @@ def kernel_backend(request, monkeypatch):
     return _open(request, monkeypatch)
 
 
+def _skip_missing_env_kernel():
+    """A case that makes an env on a kernel backend without that env's kernel source (make raises
+    EnvKernelMissing: "Chain-v0 has no OpenCL kernel yet (kernels/opencl/chain.cl)") skips with that
+    reason, so an env that exists on the reference first keeps the suite green and says why."""
+    from portkern._kernels import KernelSourceMissing  # make's EnvKernelMissing, and a source read by name
+
+    try:
+        return (yield)
+    except KernelSourceMissing as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _skip_missing_env_kernel())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _skip_missing_env_kernel())
+
+
 @pytest.fixture
 def reference():
     return get_backend("numpy")
@@ -98,6 +127,53 @@ def small_n(b) -> int:
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+#: pytest-xdist's variables in a worker's environment. Subprocesses that tests start run sessions of their own (the
+#: benchmark suite, a second test session) and must not inherit them: pytest-benchmark turns itself off in what it
+#: takes for an xdist worker.
+XDIST_VARS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+#: Most test workers ``-n auto`` starts (pyproject's addopts): each imports torch, jax and the OpenCL drivers.
+MAX_WORKERS = 4
+
+
+def pytest_configure(config):
+    for var in XDIST_VARS:
+        os.environ.pop(var, None)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core this process may run on, at most MAX_WORKERS (pytest-xdist's own count
+    takes physical cores, one on a 2-vCPU VM; PYTEST_XDIST_AUTO_NUM_WORKERS still overrides)."""
+    env = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if env:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cores))
+
+
+#: Test modules that take longest (a bench or training run, Ray, compiles), longest first: with one worker per core
+#: and each module on one worker (``--dist loadfile``), starting these first keeps a long one from being the last
+#: to start while the other workers sit idle (longest-first packing). Measured on the 2-core development VM.
+LONGEST_FIRST = ("test_train_parallel", "test_bench_journal", "test_portability_cli", "test_chain_env", "test_train",
+                 "test_ray_grid", "test_portability_intervals", "test_opencl_tuning", "test_add_env", "test_jax_backend",
+                 "test_train_resume", "test_torch_backend", "test_train_compiled_collect")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest modules first (LONGEST_FIRST; a stable sort, so each module's tests keep their order and stay
+    together), and the shared fixtures' (backend, env) exclusions, applied where both params are known."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(rank)))
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        chosen = params.get("backend", params.get("kernel_backend"))
+        if isinstance(chosen, tuple) and "env_id" in params:
+            why = SHARED_SUITE_ENV_EXCLUSIONS.get((chosen[0], params["env_id"]))
+            if why:
+                item.add_marker(pytest.mark.skip(reason=f"{chosen[0]} x {params['env_id']}: {why}"))
 
 
 def pytest_report_header(config):

@@ -202,7 +202,7 @@ def test_the_example_passes_the_shared_suite(env_dir, tmp_path):
     vid = example_id()
     env = {**os.environ, "PK_EXTRA_ENV_DIR": str(env_dir), "PK_VARIANT_ID": vid,
            "PYTHONPATH": os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH"))))}  # fmt: skip
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "pk_extra_envs", "-p", "no:cacheprovider", *SHARED_SUITE,
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "pk_extra_envs", "-p", "no:cacheprovider", *SHARED_SUITE,
            "-k", f"{vid} and not (intel or numba or torch or cupy)", "-o", "addopts="]  # fmt: skip
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     tail = res.stdout[-5000:] + res.stderr[-2000:]

@@ -354,7 +354,7 @@ def _suite(out: Path, *options: str) -> dict:
     """The real benchmark suite in a subprocess: PoCL, CartPole's step kernel, 64 envs, the shortest timing."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PORTKERN_TUNE_CACHE": str(out.with_name("no-cache.json"))}
     env.pop("PORTKERN_NO_TUNE_CACHE", None)
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_env_step.py"), "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_env_step.py"), "-q", "-n", "0", "-p", "no:cacheprovider",
            "--pk-backend=opencl", "--pk-device=pthread", "--pk-sizes=64", "--pk-rounds=2", "--pk-slot-ms=0.2",
            "--pk-visits=1", "--pk-group-s=0.2", "--pk-machine=test-machine", "-k", "CartPole",
            f"--benchmark-json={out}", *options]  # fmt: skip

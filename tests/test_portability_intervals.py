@@ -341,7 +341,7 @@ def test_cost_prints_the_range_from_a_report(tmp_path: Path) -> None:
 # ---- the suite: interleaved groups in a real run ------------------------------------------------
 def _pytest_bench(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "bench"), "-q", "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "bench"), "-q", "-n", "0", "-p", "no:cacheprovider",
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -42,19 +43,42 @@ def run_pytest(json_path: Path, options: list[str], journal: Any = None,
     """The suite with ``options`` (its ``--pk-*`` options) writing ``json_path``: (pytest exit code, failures,
     captured output). ``journal`` (a BenchJournal) keeps each finished visit. ``progress``: a rich bar on
     stderr (a Ray worker has no terminal to show it)."""
+    argv = [str(bench_dir()), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+            f"--benchmark-json={json_path}", *options]  # fmt: skip
+    captured = io.StringIO()
+    # The suite is one session in one process, never distributed nor one worker of a distributed test run:
+    # timing needs the whole machine, and pytest-benchmark turns itself off when it sees pytest-xdist's worker
+    # variables (inherited from a test run that started this bench). `-n 0` after any addopts of the checkout.
+    argv += ["-n", "0"] if _has_xdist() else []
+    hidden = {k: os.environ.pop(k) for k in _XDIST_VARS if k in os.environ}
+    try:
+        code, plugin = _run(argv, captured, progress, journal)
+    finally:
+        os.environ.update(hidden)
+    return code, plugin.failed, captured.getvalue()
+
+
+#: What pytest-xdist sets in a worker's environment (pytest-benchmark reads PYTEST_XDIST_WORKER).
+_XDIST_VARS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def _has_xdist() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("xdist") is not None
+
+
+def _run(argv: list[str], captured: io.StringIO, progress: bool, journal: Any) -> tuple[int, _ProgressPlugin]:
+    """pytest.main on the suite under a progress bar: its exit code and the bar's plugin (with the failures)."""
     import pytest
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    argv = [str(bench_dir()), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-            f"--benchmark-json={json_path}", *options]  # fmt: skip
-    captured = io.StringIO()
     with Progress(TextColumn("{task.description:60}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not progress) as bar:  # fmt: skip
         plugin = _ProgressPlugin(bar)
         with contextlib.redirect_stdout(captured):
-            code = int(pytest.main(argv, plugins=[plugin, *([journal] if journal is not None else [])]))
-    return code, plugin.failed, captured.getvalue()
+            return int(pytest.main(argv, plugins=[plugin, *([journal] if journal is not None else [])])), plugin
 
 
 class Interrupted(RuntimeError):
