@@ -188,6 +188,24 @@ def pytest_report_header(config):
     return lines
 
 
+def finished(path, kind: str) -> list[dict]:
+    """The journal's finished records of ``kind`` ("visit" for a bench or tune run, "run" for a training grid)."""
+    from portkern.journal import read
+
+    return [r for r in read(path)[1] if r["key"][0] == kind and r["status"] == "done"]
+
+
+def one_finished(path, kind: str) -> bool:
+    """For polling a running command: False until its journal exists with a whole header and one finished record
+    of ``kind`` (between its creation and its first flush the file is empty or holds part of the header line)."""
+    from portkern.journal import JournalError
+
+    try:
+        return path.exists() and bool(finished(path, kind))
+    except JournalError:
+        return False
+
+
 def kill_9_when(cmd: list[str], ready, timeout: float, **popen) -> None:
     """Start ``cmd``, poll ``ready()`` while it runs, then kill -9 it (no handler runs, nothing is flushed on
     the way out). Fails with the process's stderr if it ended first or ``timeout`` passed."""

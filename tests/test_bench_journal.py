@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from portkern import cli
-from portkern.journal import JournalError, journal_path, read
+from portkern.journal import journal_path
 from portkern.portability import commands
 from portkern.portability.bench_journal import BenchJournal
 
-from .conftest import kill_9_when
+from .conftest import finished, kill_9_when, one_finished
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -39,16 +39,7 @@ def _portkern(*args: str) -> subprocess.CompletedProcess:
 
 
 def _visits(path: Path) -> list[dict]:
-    return [r for r in read(path)[1] if r["key"][0] == "visit" and r["status"] == "done"]
-
-
-def _a_visit_is_journaled(path: Path) -> bool:
-    """For polling a running bench: False until the journal exists with a whole header and one finished visit
-    (between its creation and its first flush the file is empty or holds part of the header line)."""
-    try:
-        return path.exists() and bool(_visits(path))
-    except JournalError:
-        return False
+    return finished(path, "visit")
 
 
 def _shape(doc: dict) -> dict:
@@ -75,7 +66,7 @@ def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path: Path, 
     results = out / "results.json"
     journal = journal_path(results)
     argv = ["bench", *TINY, "--out", str(out)]
-    kill_9_when([sys.executable, "-m", "portkern.cli", *argv], lambda: _a_visit_is_journaled(journal),
+    kill_9_when([sys.executable, "-m", "portkern.cli", *argv], lambda: one_finished(journal, "visit"),
                 300, cwd=ROOT, env=_env())  # fmt: skip
     kept = _visits(journal)
     assert kept and not results.exists()
@@ -129,7 +120,7 @@ def test_bench_on_ray_gives_the_serial_bench_cases_after_a_worker_died(tmp_path:
     try:
         deadline = time.monotonic() + 300
         while killed is None and time.monotonic() < deadline and proc.poll() is None:
-            if _a_visit_is_journaled(journal_path(results)):  # mid-run: a visit is journaled
+            if one_finished(journal_path(results), "visit"):  # mid-run: a visit is journaled
                 killed = _kill_node_bench(proc.pid)
             time.sleep(0.01)
         err = proc.communicate(timeout=400)[1]

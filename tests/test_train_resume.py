@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("torch", reason="portkern train needs PyTorch: pip install 'portkern[train]'")
 
 from portkern.cli import main  # noqa: E402
-from portkern.journal import JournalError, journal_path, read  # noqa: E402
+from portkern.journal import journal_path  # noqa: E402
 from portkern.train import runner  # noqa: E402
 
-from .conftest import kill_9_when  # noqa: E402
+from .conftest import finished, kill_9_when, one_finished  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The smoke grid: the numpy stack, 3 PPO updates per run (seconds each), several seeds.
@@ -22,16 +22,7 @@ GRID = ["train", "--task", "CartPole-v1", "--stack", "numpy+eager-update", "--up
 
 
 def _runs(path: Path) -> list[dict]:
-    return [r for r in read(path)[1] if r["key"][0] == "run" and r["status"] == "done"]
-
-
-def _a_run_is_journaled(path: Path) -> bool:
-    """For polling a running grid: False until the journal exists with a whole header and one finished run
-    (between its creation and its first flush the file is empty or holds part of the header line)."""
-    try:
-        return path.exists() and bool(_runs(path))
-    except JournalError:
-        return False
+    return finished(path, "run")
 
 
 def _shape(doc: dict) -> dict:
@@ -48,7 +39,7 @@ def test_kill_9_mid_grid_then_resume_equals_an_uninterrupted_run(tmp_path: Path)
     journal = journal_path(out)
     argv = [*GRID, "--seeds", "1,2,3,4", "--out", str(out)]
     script = "import sys; from portkern.cli import main; sys.exit(main())"
-    kill_9_when([sys.executable, "-c", script, *argv], lambda: _a_run_is_journaled(journal), 240,
+    kill_9_when([sys.executable, "-c", script, *argv], lambda: one_finished(journal, "run"), 240,
                 cwd=ROOT)
     kept = _runs(journal)
     assert 1 <= len(kept) < 4 and not out.exists(), (len(kept), out.exists())
