@@ -206,11 +206,20 @@ class TorchCompileBackend(TorchBackend):
                                     own_written=True)  # fmt: skip
 
     def _normalize_acc(self) -> Any:
-        # Always the explicit cast: it fuses into Inductor's reduction (no float64 copy of the
-        # buffer), and Inductor's own accumulator is not ATen's.
+        # On CPU, the torch backend's eager op (see _normalize). Elsewhere always the explicit cast: it
+        # fuses into Inductor's reduction (no float64 copy of the buffer), and Inductor's own accumulator
+        # is not ATen's.
+        if self.device.type == "cpu":
+            return super()._normalize_acc()
         return torch.float64 if self.supports_float64 else torch.float32
 
     def _normalize(self, *args) -> None:
+        # On CPU, eager ATen: its float32 mean is a cascade sum and its std accumulates in float64 inside one
+        # vectorised pass, while Inductor's kernel sums a float64 cast element by element, 0.75x of the eager
+        # op at 128 x 4,096 (bench/cpu/buffer_peers.py). Compiling would only make the op slower there, so the
+        # compiled backend runs what is fastest, as _discounted_returns does for an [N] bootstrap.
+        if self.device.type == "cpu":
+            return super()._normalize(*args)
         self._compiled("pk_normalize", ops.normalize)(*args)
 
     def _gather(self, *args) -> None:

@@ -260,8 +260,10 @@ class CompiledUpdate:
         a = self.agent
         n_out = a.actor[-1].out_features
         key = (a.actor[0].in_features, n_out if a.discrete else None, a.actor[0].out_features, self.cfg, betas, eps,
-               str(self.device), a.action_dim)  # fmt: skip
-        # One compiled step per shape and config in the process, around a template agent (functional_call swaps
+               str(self.device), a.action_dim, torch.get_num_threads())  # fmt: skip
+        # One compiled step per shape and config in the process (and per thread count: Inductor's CPU code fixes
+        # its OpenMP team size when it generates the kernels, so a run under another torch.set_num_threads gets
+        # its own compile rather than the other's team size), around a template agent (functional_call swaps
         # in every parameter, so the template's own weights never matter): Dynamo would otherwise recompile for
         # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
