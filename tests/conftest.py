@@ -21,6 +21,16 @@ if (
 if platform.machine().lower() in ("x86_64", "amd64") and "xla_cpu_max_isa" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX").strip()
 
+# XLA's compiles are most of the jax tests' time (the training stack's whole-update programs take 5-20 s
+# each on 2 cores): keep them in JAX's persistent compilation cache, as PoCL and Intel's runtime keep
+# their kernel builds, so a second run of the suite on a machine reuses them. The cache is keyed by the
+# program, the XLA flags above and the jax version, so a hit is the same executable; the first run on a
+# fresh machine (CI) compiles everything, as before. Workers and the subprocesses tests start inherit it.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                              ".pytest_cache", "jax-compilation-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
 import numpy as np
 import pytest
 
