@@ -169,7 +169,7 @@ def pytest_xdist_auto_num_workers(config):
 #: to start while the other workers sit idle (longest-first packing). Measured on the 2-core development VM.
 LONGEST_FIRST = ("test_train_parallel", "test_bench_journal", "test_portability_cli", "test_chain_env", "test_train",
                  "test_ray_grid", "test_portability_intervals", "test_opencl_tuning", "test_add_env", "test_jax_backend",
-                 "test_train_resume", "test_torch_backend", "test_train_compiled_collect")
+                 "test_train_jax_chain", "test_train_resume", "test_torch_backend", "test_train_compiled_collect")
 
 
 def pytest_collection_modifyitems(config, items):

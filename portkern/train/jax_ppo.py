@@ -4,7 +4,9 @@ The same PPO as :mod:`portkern.train.ppo` (CleanRL's): separate 64-64 tanh actor
 orthogonal init (sqrt 2, output 0.01 actor / 1.0 critic), clipped policy and value losses, entropy
 bonus, per-minibatch advantage normalisation (unbiased std, as ``torch.std``), global grad-norm clip,
 Adam with eps 1e-5 (PyTorch's update rule, written out: no optax) and the linearly annealed rate,
-on the pinned config. What differs is how it runs, as PureJaxRL runs it:
+on the pinned config. A Box of several components (``EnvSpec.action_dim`` A > 1, Chain-v0) gets the torch
+agent's head: A Gaussian means sharing the one log-std, the actions ``[..., A]``, log-probs and entropies summed
+over the components. What differs is how it runs, as PureJaxRL runs it:
 
 * **env** -- the rollout is one ``lax.scan``: the policy samples (``jax.random``), portkern's
   reference physics steps with autoreset (:mod:`portkern.backends._jax_ops`, the ``jax`` backend's
@@ -27,7 +29,10 @@ before the timed runs, as for every other stack.
 once, PureJaxRL's way, with the state stacked on a leading seed axis and one ``vmap``-ed program per chunk of
 updates (a ``lax.scan`` over whole updates, the four stages fused), so per chunk there is one dispatch and one
 host read. Every update's ring of finished returns comes out of the scan, so each seed's converged update is
-the one the single-seed loop would find, not an estimate; what the records say is ``jax_batch.PARALLEL_NOTE``.
+the one the single-seed loop would find on the batch's numbers, not an estimate; those numbers are the single-seed
+run's up to float rounding (vmapped kernels round differently in the last bits), which a chaotic env such as
+Chain-v0 grows within a rollout, so there a seed may converge at another update in a batch than alone. What the
+records say is ``jax_batch.PARALLEL_NOTE``.
 """
 
 from __future__ import annotations
@@ -92,6 +97,9 @@ def value(params: dict, x: Any) -> Any:
 
 
 def log_prob_entropy(params: dict, x: Any, action: Any, discrete: bool) -> tuple[Any, Any]:
+    """Log-probs of ``action`` and the entropies, per row. A Box of A > 1 components (actor output ``[..., A]``,
+    actions ``[..., A]``) is the torch agent's: A independent Gaussians sharing the one log-std, their
+    log-probs and entropies summed over the components; A = 1 keeps the actions ``[...]``."""
     import jax
     import jax.numpy as jnp
 
@@ -100,19 +108,23 @@ def log_prob_entropy(params: dict, x: Any, action: Any, discrete: bool) -> tuple
         logp = jax.nn.log_softmax(out)
         chosen = jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
         return chosen, -(jnp.exp(logp) * logp).sum(-1)
-    mean, log_std = out[..., 0], params["log_std"][0]
+    wide = out.shape[-1] > 1
+    mean, log_std = (out if wide else out[..., 0]), params["log_std"][0]
     lp = -((action - mean) ** 2) / (2 * jnp.exp(2 * log_std)) - log_std - 0.5 * math.log(2 * math.pi)
-    return lp, jnp.broadcast_to(0.5 + 0.5 * math.log(2 * math.pi) + log_std, mean.shape)
+    ent = jnp.broadcast_to(0.5 + 0.5 * math.log(2 * math.pi) + log_std, mean.shape)
+    return (lp.sum(-1), ent.sum(-1)) if wide else (lp, ent)
 
 
 def sample(params: dict, x: Any, key: Any, discrete: bool) -> Any:
+    """Actions for obs ``x``: ``[...]`` (discrete, or a Box of one component) or ``[..., A]`` (a Box of A > 1)."""
     import jax
     import jax.numpy as jnp
 
     out = _mlp(params["actor"], x)
     if discrete:
         return jax.random.categorical(key, out).astype(jnp.int32)
-    return out[..., 0] + jnp.exp(params["log_std"][0]) * jax.random.normal(key, out.shape[:-1], jnp.float32)
+    mean = out if out.shape[-1] > 1 else out[..., 0]
+    return mean + jnp.exp(params["log_std"][0]) * jax.random.normal(key, mean.shape, jnp.float32)
 
 
 # ---- the compiled stages -----------------------------------------------------------------------
@@ -154,7 +166,8 @@ def init_state(st: Static, seed: int) -> dict[str, Any]:
     env = ops.env_reset(spec, values, np.uint32(seed), empty, True)
     key = jax.random.PRNGKey(seed)
     key, kp = jax.random.split(key)
-    params = init_params(kp, d, spec.discrete_actions or 1, st.ppo.hidden)
+    # One output per Box component (EnvSpec.action_dim), each its own Gaussian mean, as the torch agent's actor.
+    params = init_params(kp, d, spec.discrete_actions or spec.action_dim, st.ppo.hidden)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     # Committed to the backend's device like every program output, so the state an update returns has the
     # same signature as this one (jit would otherwise compile every stage a second time).
