@@ -289,20 +289,29 @@ def test_a_source_inside_the_repository_is_named_relative_to_its_root() -> None:
     assert training.source_name(ROOT / "bench" / "results" / "x" / "train.json") == ("bench/results/x/train.json", True)
 
 
+#: Every shipped mixes file (one per training run they were measured in).
+SHIPPED_ALL = [ROOT / "portkern" / name for name in report.MIXES_FILES]
+
+
 def test_the_shipped_mixes_are_the_defaults_and_well_formed() -> None:
-    shipped = json.loads(SHIPPED.read_text())
-    assert shipped["schema"] == "portkern-mixes/1" and report.DEFAULT_MIXES == shipped["mixes"]
-    assert all(name.startswith("train:") for name in shipped["mixes"])
-    for shares in shipped["mixes"].values():
-        assert sum(shares.values()) == pytest.approx(1.0) and set(shares) <= set(report.KERNEL_ORDER)
-    for info in shipped["source"]["tasks"].values():
-        assert 0 < info["covered"] <= 1 and shipped["mixes"][info["mix"]] == pytest.approx(
-            {k: v / info["covered"] for k, v in info["unnormalised"].items()})
-    assert not Path(shipped["source"]["file"]).is_absolute() and "/tmp/" not in SHIPPED.read_text()
+    docs = [json.loads(p.read_text()) for p in SHIPPED_ALL]
+    assert SHIPPED_ALL[0] == SHIPPED and report.DEFAULT_MIXES == {k: v for d in docs for k, v in d["mixes"].items()}
+    assert sum(len(d["mixes"]) for d in docs) == len(report.DEFAULT_MIXES)  # no mix in two files
+    for path, shipped in zip(SHIPPED_ALL, docs):
+        assert shipped["schema"] == "portkern-mixes/1"
+        assert all(name.startswith("train:") for name in shipped["mixes"])
+        for name, shares in shipped["mixes"].items():
+            assert sum(shares.values()) == pytest.approx(1.0) and set(shares) <= set(report.KERNEL_ORDER)
+            assert report.DEFAULT_MIXES_SOURCES[name] == shipped["source"]
+        for info in shipped["source"]["tasks"].values():
+            assert 0 < info["covered"] <= 1 and shipped["mixes"][info["mix"]] == pytest.approx(
+                {k: v / info["covered"] for k, v in info["unnormalised"].items()})
+        assert not Path(shipped["source"]["file"]).is_absolute() and "/tmp/" not in path.read_text()
 
 
-def test_re_deriving_the_shipped_mixes_from_their_source_reproduces_them() -> None:
-    shipped = json.loads(SHIPPED.read_text())
+@pytest.mark.parametrize("path", SHIPPED_ALL, ids=lambda p: p.name)
+def test_re_deriving_the_shipped_mixes_from_their_source_reproduces_them(path: Path) -> None:
+    shipped = json.loads(path.read_text())
     src = shipped["source"]
     path = ROOT / src["file"]
     if not (src.get("in_repo") and path.is_file()):
@@ -318,6 +327,11 @@ def test_the_report_says_where_each_default_mix_was_measured_and_what_it_leaves_
     origin = rep["workloads"][name]["origin"]
     info = report.DEFAULT_MIXES_SOURCE["tasks"][origin["task"]]
     assert origin["kind"] == "measured" and origin["covered"] == info["covered"]
+    # a mix of the second shipped file names its own training run, not the first file's
+    chain = rep["workloads"]["train:Chain-v0"]["origin"]
+    chain_src = report.DEFAULT_MIXES_SOURCES["train:Chain-v0"]
+    assert (chain["kind"], chain["file"], chain["task"]) == ("measured", chain_src["file"], "Chain-v0")
+    assert chain["file"] != origin["file"] and chain["covered"] == chain_src["tasks"]["Chain-v0"]["covered"]
     md = (tmp_path / "report.md").read_text()
     assert f"covering {100 * info['covered']:.1f}% of its wall time" in md and "not portkern kernels" in md
     assert "not portkern kernels" in report.DEFINITIONS["workload"]
@@ -326,7 +340,7 @@ def test_the_report_says_where_each_default_mix_was_measured_and_what_it_leaves_
 
 
 def test_a_mix_file_of_the_shipped_schema_is_a_valid_mix_option(tmp_path: Path) -> None:
-    assert report.parse_mix(str(SHIPPED)) == report.DEFAULT_MIXES
+    assert report.parse_mix(str(SHIPPED)) == {k: v for k, v in report.DEFAULT_MIXES.items() if k != "train:Chain-v0"}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": "portkern-mixes/1", "source": {}, "mixes": {"m": {"gea": 1}}}))
     with pytest.raises(ValueError, match="unknown kernels"):

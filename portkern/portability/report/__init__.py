@@ -16,7 +16,7 @@ from .compare import compare, compare_markdown, write_comparison
 from .crossdevice import cross_device, parse_prices
 from .definitions import DEFINITIONS
 from .files import build_all, write
-from .mixes import DEFAULT_MIXES, DEFAULT_MIXES_SOURCE, MIXES_FILE, mix_origin, parse_mix
+from .mixes import DEFAULT_MIXES, DEFAULT_MIXES_SOURCE, DEFAULT_MIXES_SOURCES, MIXES_FILE, MIXES_FILES, mix_origin, parse_mix
 from .model import REPORT_SCHEMA, build, report_devices, workload
 from .render import (
     CROSS_DEVICE_TITLE, DATA_PATHS_TITLE, SUMMARY_TITLE, data_paths_table, headline, markdown, mix_note, spectrum_table, training_tables,
@@ -26,7 +26,8 @@ from .sections import data_paths, retune, spectrum
 from .summary import summary
 
 __all__ = [
-    "CROSS_DEVICE_TITLE", "DATA_PATHS_TITLE", "DEFAULT_MIXES", "DEFAULT_MIXES_SOURCE", "DEFINITIONS", "KERNEL_ORDER", "MIXES_FILE",
+    "CROSS_DEVICE_TITLE", "DATA_PATHS_TITLE", "DEFAULT_MIXES", "DEFAULT_MIXES_SOURCE", "DEFAULT_MIXES_SOURCES", "DEFINITIONS",
+    "KERNEL_ORDER", "MIXES_FILE", "MIXES_FILES",
     "REPORT_SCHEMA", "SUMMARY_TITLE", "Record", "Run", "_compare", "build", "build_all", "check_mixes", "compare",
     "compare_markdown", "cross_device", "data_paths", "data_paths_table", "functional_kernel", "headline", "load_run", "markdown",
     "merge", "mix_note", "mix_origin", "parse_mix", "parse_prices", "report_devices", "retune", "rollout_parts", "spectrum",

@@ -11,20 +11,31 @@ from typing import Any, Mapping
 from ..training.mixes import MIX_EXCLUDED, check_mixes, read_mixes
 
 #: The shipped workload mixes: time shares of portkern's kernel phases measured in training runs (``portkern
-#: train``; python -m portkern.portability.training derive-mixes writes the file). The PPO's forward, backward and
+#: train``; python -m portkern.portability.training derive-mixes writes each file). The PPO's forward, backward and
 #: optimizer step, data movement and setup are not portkern kernels: the mixes are the kernel part of an RL loop.
-MIXES_FILE = "data/workload_mixes.json"
+#: One file per training run they were measured in: the classic-control tasks, then the articulated chain.
+MIXES_FILES = ("data/workload_mixes.json", "data/workload_mixes_chain.json")
+MIXES_FILE = MIXES_FILES[0]
 
 
-def _shipped_mixes() -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    where = f"portkern/{MIXES_FILE}"
-    try:
-        data = json.loads(resources.files("portkern").joinpath(MIXES_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RuntimeError(f"{where}: the shipped workload mixes cannot be read ({exc}); reinstall portkern") from None
-    mixes, source = read_mixes(data, where)
-    check_mixes(mixes, where)
-    return {k: dict(v) for k, v in mixes.items()}, source
+def _shipped_mixes() -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+    """(every shipped mix, the source of each mix by name); a mix name in two files is an error."""
+    mixes: dict[str, dict[str, float]] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    for name in MIXES_FILES:
+        where = f"portkern/{name}"
+        try:
+            data = json.loads(resources.files("portkern").joinpath(name).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RuntimeError(f"{where}: the shipped workload mixes cannot be read ({exc}); reinstall portkern") from None
+        got, source = read_mixes(data, where)
+        check_mixes(got, where)
+        twice = sorted(set(got) & set(mixes))
+        if twice:
+            raise RuntimeError(f"{where}: mix(es) {', '.join(twice)} already come from another shipped file")
+        mixes.update({k: dict(v) for k, v in got.items()})
+        sources.update(dict.fromkeys(got, source))
+    return mixes, sources
 
 
 def parse_mix(text: str) -> dict[str, dict[str, float]]:
@@ -57,7 +68,7 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
 def mix_origin(name: str, shares: Mapping[str, float]) -> dict[str, Any]:
     """Where a mix came from: measured (a shipped mix, unchanged) with its source and covered share, or given."""
     if name in DEFAULT_MIXES and dict(shares) == DEFAULT_MIXES[name]:
-        src = DEFAULT_MIXES_SOURCE
+        src = DEFAULT_MIXES_SOURCES[name]
         task = next((t for t, v in src.get("tasks", {}).items() if v.get("mix") == name), None)
         info = src.get("tasks", {}).get(task, {})
         return {"kind": "measured", "file": src.get("file"), "stack": src.get("stack"), "task": task,
@@ -66,4 +77,6 @@ def mix_origin(name: str, shares: Mapping[str, float]) -> dict[str, Any]:
     return {"kind": "given", "file": None, "covered": None}
 
 
-DEFAULT_MIXES, DEFAULT_MIXES_SOURCE = _shipped_mixes()
+DEFAULT_MIXES, DEFAULT_MIXES_SOURCES = _shipped_mixes()
+#: The source of the first shipped file's mixes (the classic-control training run).
+DEFAULT_MIXES_SOURCE = DEFAULT_MIXES_SOURCES[next(iter(DEFAULT_MIXES))]
