@@ -15,7 +15,6 @@ typedef unsigned char uchar;
 
 // Every env's params struct, generated from its module (EnvSpec.c_struct); read by name, p->gravity.
 #include "pk_params.h"
-#include "pk_policy.cuh"
 
 // Philox4x32-10 (Salmon et al., SC'11), constants from Random123's philox.h.
 __device__ __forceinline__ void pk_philox4x32_10(uint c[4], uint k0, uint k1) {
@@ -48,6 +47,9 @@ __device__ __forceinline__ void pk_reset_draw(uint seed, uint env, uint episode,
     for (int k = 0; k < 4; ++k) sym[k] = pk_sym(c[k]);
 }
 
+// The rollouts' in-kernel policies (they draw with the Philox above).
+#include "pk_policy.cuh"
+
 // NumPy's maximum / minimum / clip on non-NaN values (clip is minimum(maximum(x, lo), hi)).
 template <class F> __device__ __forceinline__ F pk_max(F a, F b) { return a > b ? a : b; }
 template <class F> __device__ __forceinline__ F pk_min(F a, F b) { return a < b ? a : b; }
@@ -55,9 +57,68 @@ template <class F> __device__ __forceinline__ F pk_clip(F x, F lo, F hi) { retur
 
 // The env kernels' shared body. An env is a struct with D (state size), O (obs size), Params (its
 // generated params struct), its action space (Act: int or float; ACTIONS: the number of discrete
-// actions, 0 for a Box; ACT_HIGH: the Box bound, EnvSpec.action_high) and static device functions
-// reset(sym, p, s), step(s, action, p, reward, term), observe(s, o). The state is one [D, N] array:
-// variable k of env i at k * n + i, so consecutive threads read consecutive addresses.
+// actions, 0 for a Box; ACT_HIGH: the Box bound, EnvSpec.action_high; optionally A, the width of a
+// Box action, EnvSpec.action_dim, 1 when absent) and static device functions reset(sym, p, s),
+// step(s, action, p, reward, term), observe(s, o). The state is one [D, N] array: variable k of env i
+// at k * n + i, so consecutive threads read consecutive addresses.
+//
+// A 1-wide env's step takes its Act by value and every action buffer holds one Act per env, as
+// before A existed. A Box of width A > 1 (a chain's K motors) travels as pk_box<A>: step takes it,
+// the actions buffer is [N, A] row-major (env i's component j at i * A + j) and a rollout's
+// out_actions [T, N, A].
+template <int W> struct pk_box {
+    float v[W];
+};
+
+template <class...> struct pk_voider {
+    using type = void;
+};
+template <class Env, class = void> struct pk_action_width {
+    static constexpr int value = 1;
+};
+template <class Env> struct pk_action_width<Env, typename pk_voider<decltype(Env::A)>::type> {
+    static constexpr int value = Env::A;
+};
+
+template <bool B, class T, class F> struct pk_if {
+    using type = T;
+};
+template <class T, class F> struct pk_if<false, T, F> {
+    using type = F;
+};
+
+// What Env::step takes: Env::Act itself when 1-wide (the existing envs' unchanged path), else pk_box<A>.
+template <class Env>
+using pk_action_t = typename pk_if<(pk_action_width<Env>::value > 1), pk_box<pk_action_width<Env>::value>,
+                                   typename Env::Act>::type;
+
+template <class Env>
+__device__ __forceinline__ pk_action_t<Env> pk_load_action(const typename Env::Act *__restrict__ actions, int i) {
+    constexpr int A = pk_action_width<Env>::value;
+    if constexpr (A == 1) {
+        return actions[i];
+    } else {
+        static_assert(Env::ACTIONS == 0, "an action wider than 1 is a Box's");
+        pk_box<A> a;
+#pragma unroll
+        for (int j = 0; j < A; ++j) a.v[j] = actions[(size_t)i * A + j];
+        return a;
+    }
+}
+
+// Action of (step t, env i) of a rollout: out_actions[at] (at = t * n + i), or its row of A.
+template <class Env>
+__device__ __forceinline__ void pk_store_action(typename Env::Act *__restrict__ out_actions, size_t at,
+                                                const pk_action_t<Env> &a) {
+    constexpr int A = pk_action_width<Env>::value;
+    if constexpr (A == 1) {
+        out_actions[at] = a;
+    } else {
+#pragma unroll
+        for (int j = 0; j < A; ++j) out_actions[at * A + j] = a.v[j];
+    }
+}
+
 template <class Env>
 __device__ __forceinline__ void pk_load_state(const REAL *__restrict__ state, int i, int n, REAL st[Env::D]) {
 #pragma unroll
@@ -104,7 +165,7 @@ __device__ __forceinline__ void pk_env_reset(REAL *__restrict__ state, int *__re
 // one code path of pk_<env>_step and pk_<env>_rollout. o is the obs the env is at afterwards, fo the
 // obs the step reached before any autoreset.
 template <class Env>
-__device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep, bool &nr, typename Env::Act action,
+__device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep, bool &nr, pk_action_t<Env> action,
                                                REAL o[Env::O], REAL fo[Env::O], REAL &r, bool &term, bool &trunc,
                                                const typename Env::Params *__restrict__ p, uint seed, int max_steps,
                                                int autoreset_mode, int i) {
@@ -172,25 +233,34 @@ __device__ __forceinline__ void pk_env_step(REAL *__restrict__ state, int *__res
     int t = steps[i];
     uint ep = episodes[i];
     bool nr = needs_reset[i] != 0, term, trunc;
-    pk_env_advance<Env>(st, t, ep, nr, actions[i], o, fo, r, term, trunc, p, seed, max_steps, autoreset_mode, i);
+    pk_env_advance<Env>(st, t, ep, nr, pk_load_action<Env>(actions, i), o, fo, r, term, trunc, p, seed, max_steps,
+                        autoreset_mode, i);
     pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
                       o, fo, r, term, trunc, n, i);
 }
 
 // The policy's action at obs o: Philox key (seed, env), counter (episode, steps before the step,
-// policy stream, 0), as policy.sample_actions.
+// policy stream, block), as policy.sample_actions. A 1-wide action takes block 0, a wider Box the
+// blocks pk_policy_box says.
 template <class Env>
-__device__ __forceinline__ typename Env::Act pk_env_act(const float *__restrict__ policy, int policy_kind, int hidden,
-                                                        const REAL o[Env::O], uint seed, int i, uint ep, int t) {
-    uint c[4] = {ep, (uint)t, PK_STREAM_POLICY, 0u};
-    pk_philox4x32_10(c, seed, (uint)i);
+__device__ __forceinline__ pk_action_t<Env> pk_env_act(const float *__restrict__ policy, int policy_kind, int hidden,
+                                                       const REAL o[Env::O], uint seed, int i, uint ep, int t) {
+    constexpr int A = pk_action_width<Env>::value;
     float x[Env::O];
 #pragma unroll
     for (int k = 0; k < Env::O; ++k) x[k] = (float)o[k];
-    if constexpr (Env::ACTIONS > 0)
-        return pk_policy_discrete(policy, policy_kind, hidden, x, Env::O, Env::ACTIONS, c[0]);
-    else
-        return pk_policy_continuous(policy, policy_kind, hidden, x, Env::O, Env::ACT_HIGH, c[0], c[1]);
+    if constexpr (A == 1) {
+        uint c[4] = {ep, (uint)t, PK_STREAM_POLICY, 0u};
+        pk_philox4x32_10(c, seed, (uint)i);
+        if constexpr (Env::ACTIONS > 0)
+            return pk_policy_discrete(policy, policy_kind, hidden, x, Env::O, Env::ACTIONS, c[0]);
+        else
+            return pk_policy_continuous(policy, policy_kind, hidden, x, Env::O, Env::ACT_HIGH, c[0], c[1]);
+    } else {
+        pk_box<A> a;
+        pk_policy_box<A>(policy, policy_kind, hidden, x, Env::O, Env::ACT_HIGH, seed, (uint)i, ep, (uint)t, a.v);
+        return a;
+    }
 }
 
 // Steps t0 .. t0 + t_count - 1 of a fused rollout for env i. State and counters stay in registers;
@@ -216,9 +286,9 @@ __device__ __forceinline__ void pk_env_rollout(
     bool nr = needs_reset[i] != 0, term = false, trunc = false;
     for (int tt = t0; tt < t0 + t_count; ++tt) {
         const size_t at = (size_t)tt * (size_t)n + (size_t)i;
-        const typename Env::Act a = pk_env_act<Env>(policy, policy_kind, hidden, o, seed, i, ep, t);
+        const pk_action_t<Env> a = pk_env_act<Env>(policy, policy_kind, hidden, o, seed, i, ep, t);
         pk_store_row<Env>(out_obs, at, o);
-        out_actions[at] = a;
+        pk_store_action<Env>(out_actions, at, a);
         pk_env_advance<Env>(st, t, ep, nr, a, o, fo, r, term, trunc, p, seed, max_steps, autoreset_mode, i);
         out_rewards[at] = r;
         out_terminated[at] = term ? 1 : 0;

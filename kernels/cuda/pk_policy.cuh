@@ -1,5 +1,6 @@
 // In-kernel policies of fused rollouts, as portkern/policy.py: Philox random and a two-layer tanh MLP.
-// float32 throughout, whatever REAL is; callers pass the draw and the obs already cast to float.
+// float32 throughout, whatever REAL is; callers pass the draw (or, for a wide Box, the Philox key and
+// counter) and the obs already cast to float. Included by pk_common.cuh after its Philox.
 #ifndef PK_POLICY_CUH
 #define PK_POLICY_CUH
 
@@ -63,17 +64,59 @@ __device__ __forceinline__ int pk_policy_discrete(const float *__restrict__ poli
     return n_actions - 1;  // also when rounding leaves the threshold above the last partial sum
 }
 
+// One Box component of the random policy from draw b: high * (2u - 1).
+__device__ __forceinline__ float pk_random_box(float high, uint b) { return high * (pk_uniformf(b) * 2.0f - 1.0f); }
+
+// Box-Muller's standard normal from draws b0, b1 (rng.uniform's u1 = 1 - u(b0), u2 = u(b1)).
+__device__ __forceinline__ float pk_gauss(uint b0, uint b1) {
+    const float u1 = 1.0f - pk_uniformf(b0);  // (0, 1]: the log is finite
+    const float u2 = pk_uniformf(b1);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+}
+
+// The MLP's one log_std, the float after b3 (MLPPolicy.flat), for an MLP with out outputs.
+__device__ __forceinline__ float pk_mlp_log_std(const float *__restrict__ policy, int in, int hidden, int out) {
+    return __ldg(policy + in * hidden + hidden + hidden * hidden + hidden + hidden * out + out);
+}
+
 // A continuous action from draws b0, b1: high * (2u - 1), or the MLP mean plus Box-Muller noise.
 __device__ __forceinline__ float pk_policy_continuous(const float *__restrict__ policy, int kind, int hidden,
                                                       const float *x, int in, float high, uint b0, uint b1) {
-    if (kind == PK_POLICY_RANDOM) return high * (pk_uniformf(b0) * 2.0f - 1.0f);
+    if (kind == PK_POLICY_RANDOM) return pk_random_box(high, b0);
     float mean;
     pk_mlp(policy, hidden, in, 1, x, &mean);
-    const float log_std = __ldg(policy + in * hidden + hidden + hidden * hidden + hidden + hidden + 1);
-    const float u1 = 1.0f - pk_uniformf(b0);  // (0, 1]: the log is finite
-    const float u2 = pk_uniformf(b1);
-    const float z = sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
-    return mean + expf(log_std) * z;
+    return mean + expf(pk_mlp_log_std(policy, in, hidden, 1)) * pk_gauss(b0, b1);
+}
+
+// A Box action of A > 1 components into out[A] (policy._sample_box). Each component draws from Philox
+// key (seed, env), counter (episode, step, policy stream, block): random, component j is
+// high * (2u - 1) of word j % 4 of block j / 4; MLP, mean_j + exp(log_std) * the Box-Muller of words
+// 2 (j % 2) and 2 (j % 2) + 1 of block j / 2. Component 0 is therefore the 1-wide draw of block 0.
+template <int A>
+__device__ __forceinline__ void pk_policy_box(const float *__restrict__ policy, int kind, int hidden, const float *x,
+                                              int in, float high, uint seed, uint env, uint ep, uint t, float out[A]) {
+    if (kind == PK_POLICY_RANDOM) {
+#pragma unroll
+        for (int b = 0; b < (A + 3) / 4; ++b) {
+            uint c[4] = {ep, t, PK_STREAM_POLICY, (uint)b};
+            pk_philox4x32_10(c, seed, env);
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                if (4 * b + w < A) out[4 * b + w] = pk_random_box(high, c[w]);
+        }
+        return;
+    }
+    float mean[A];
+    pk_mlp(policy, hidden, in, A, x, mean);
+    const float std = expf(pk_mlp_log_std(policy, in, hidden, A));
+#pragma unroll
+    for (int b = 0; b < (A + 1) / 2; ++b) {
+        uint c[4] = {ep, t, PK_STREAM_POLICY, (uint)b};
+        pk_philox4x32_10(c, seed, env);
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+            if (2 * b + w < A) out[2 * b + w] = mean[2 * b + w] + std * pk_gauss(c[2 * w], c[2 * w + 1]);
+    }
 }
 
 #endif  // PK_POLICY_CUH

@@ -6,7 +6,8 @@
 // __shared__; __restrict__ is a GNU C++ keyword already), the built-in indices (blockIdx,
 // threadIdx, blockDim, gridDim), the intrinsics the kernels use (__umulhi, __ldg, __syncthreads)
 // and CUDA's math functions, whose float and double overloads come from <cmath> (host libm, not
-// CUDA's math library: results may differ in the last ulp, as on OpenCL devices).
+// CUDA's math library: results may differ in the last ulp, as on OpenCL devices; sincos is the host's
+// sin and cos).
 //
 // How a launch runs: blocks one after another, and within a block thread 0 first, as a coroutine.
 // If it finishes without reaching __syncthreads(), the block has no barrier and its other threads
@@ -57,6 +58,18 @@ using std::log;
 using std::sin;
 using std::sqrt;
 using std::tanh;
+// sincos (CUDA's float overload too) and sincosf: the host's sin and cos. Macros, because glibc declares
+// its own sincos and sincosf as C functions.
+static inline void pk_host_sincos(float x, float *s, float *c) {
+    *s = std::sin(x);
+    *c = std::cos(x);
+}
+static inline void pk_host_sincos(double x, double *s, double *c) {
+    *s = std::sin(x);
+    *c = std::cos(x);
+}
+#define sincos pk_host_sincos
+#define sincosf pk_host_sincos
 
 // ---- built-in indices ----------------------------------------------------------------------------
 struct pk_host_dim3 {

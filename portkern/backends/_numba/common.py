@@ -169,7 +169,8 @@ class EnvFunctions:
     """An env's device functions, over a local ``[D]`` state array ``s`` and its params ``p``."""
 
     reset: Callable  # (r, p, s): r = 4 syms in [-1, 1); writes s[0 .. D-1]
-    physics: Callable  # (s, action, p) -> (reward, terminated): one step of s in place
+    physics: Callable  # (s, action, p) -> (reward, terminated): one step of s in place; action: a scalar,
+    # or the env's [K] row of a K-wide Box action
     observe: Callable  # (s, out, row): writes out[row, 0 .. obs_dim-1]
 
 
@@ -297,10 +298,12 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             row = i
             for tt in range(t0, t0 + t_count):
                 row = tt * n + i
-                a = act(policy, policy_kind, hidden, o, seed, i, ep, t)
+                # The policy writes its action to out_actions[row] and the step reads it there: a scalar, or
+                # a K-wide Box's row (a device function cannot return a view; see policy.make_act).
+                act(policy, policy_kind, hidden, o, seed, i, ep, t, out_actions, row)
+                a = out_actions[row]
                 for c in range(obs_dim):
                     out_obs[row, c] = o[0, c]
-                out_actions[row] = a
                 t, ep, nr, r, term, trunc = advance(s, t, ep, nr, a, o, 0, out_final_obs, row, params, seed, max_steps,
                                                     autoreset_mode, i)  # fmt: skip
                 out_rewards[row] = r

@@ -74,10 +74,26 @@ def build(k: Toolkit) -> Policies:
 
 
 def make_act(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
-    """The env's action at obs ``o[0, :obs_dim]``: Philox key (seed, env), counter (episode, steps, 1, 0).
+    """The rollout's policy step ``act(policy, kind, hidden, o, seed, i, ep, t, out_actions, row)``: writes
+    the env's action at obs ``o[0, :obs_dim]`` to ``out_actions[row]`` (a Box of ``action_dim`` > 1: its
+    row of components), where the rollout kernel reads the action it steps with.
 
-    ``kind`` 0 is the random policy, 1 the MLP (policy.Policy.kind).
+    Philox key (seed, env), counter (episode, steps, 1, block); ``kind`` 0 is the random policy, 1 the MLP
+    (policy.Policy.kind).
     """
+    if not spec.is_discrete and spec.action_dim > 1:
+        return _act_wide(spec, k, policies)
+    draw = _draw(spec, k, policies)
+
+    @k.djit
+    def act(policy, kind, hidden, o, seed, i, ep, t, out_actions, row):
+        out_actions[row] = draw(policy, kind, hidden, o, seed, i, ep, t)
+
+    return act
+
+
+def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
+    """The action of a discrete or 1-wide Box env, from counter block 0."""
     F, mulf, philox, uniformf, vmax, mlp = k.F, k.mulf, k.philox, k.uniformf, k.vmax, policies.mlp
     djit = cuda.jit(device=True)
     obs_dim, f_zero, f_one, f_two, f_neg_two = spec.obs_dim, F(0), F(1), F(2), F(-2)
@@ -135,3 +151,49 @@ def make_act(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
         return y[0] + mulf(F(math.exp(log_std)), z)
 
     return act_box
+
+
+def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
+    """The action of a Box of A = ``action_dim`` > 1 components (policy._sample_box): the random policy's
+    component j is ``high * symmetric`` of word j % 4 of block j // 4; the MLP's is its mean j plus
+    ``exp(log_std[0])`` times Box-Muller of words 2 (j % 2), 2 (j % 2) + 1 of block j // 2. Component 0
+    is the 1-wide draw; one Philox call per 4 (random) or 2 (MLP) components."""
+    F, mulf, philox, uniformf, mlp = k.F, k.mulf, k.philox, k.uniformf, policies.mlp
+    djit = cuda.jit(device=True)
+    obs_dim, n_out = spec.obs_dim, spec.action_dim
+    random_blocks, mlp_blocks = (n_out + 3) // 4, (n_out + 1) // 2
+    f_one, f_two, f_neg_two, f_two_pi = F(1), F(2), F(-2), F(2.0 * np.pi)
+    high = F(spec.action_high)
+
+    @djit
+    def act(policy, kind, hidden, o, seed, i, ep, t, out_actions, row):
+        if kind == 0:
+            for block in range(random_blocks):
+                c = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(block),
+                           np.uint64(seed), np.uint64(i))  # fmt: skip
+                for w in range(4):
+                    j = 4 * block + w
+                    if j < n_out:
+                        out_actions[row, j] = mulf(high, mulf(uniformf(c[w]), f_two) - f_one)
+            return
+        x = cuda.local.array(MAX_WIDTH, np.float32)
+        y = cuda.local.array(MAX_WIDTH, np.float32)
+        for col in range(obs_dim):
+            x[col] = F(o[0, col])
+        mlp(policy, hidden, obs_dim, n_out, x, y)
+        # log_std follows w3 [hidden, A] and b3 [A] (MLPPolicy.flat); one value for every component.
+        log_std = policy[obs_dim * hidden + hidden + hidden * hidden + hidden + hidden * n_out + n_out]
+        std = F(math.exp(log_std))
+        for block in range(mlp_blocks):
+            c = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(block),
+                       np.uint64(seed), np.uint64(i))  # fmt: skip
+            for half in range(2):
+                j = 2 * block + half
+                if j < n_out:
+                    # Box-Muller: 1 - u is in (0, 1], so the log is finite.
+                    u1 = f_one - uniformf(c[2 * half])
+                    u2 = uniformf(c[2 * half + 1])
+                    z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(math.cos(mulf(f_two_pi, u2))))
+                    out_actions[row, j] = y[j] + mulf(std, z)
+
+    return act
