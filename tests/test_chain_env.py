@@ -13,6 +13,7 @@ import mujoco
 import numpy as np
 import pytest
 
+import portkern
 from portkern import envs, step
 from portkern.backends import probe
 from portkern.envs import _chain_model, chain
@@ -202,3 +203,57 @@ def test_array_api_backends_step_like_the_reference(name, dtype):
         for field in ("actions", "rewards", "obs", "final_obs"):
             np.testing.assert_allclose(host(getattr(d_buf, field)), getattr(r_buf, field), rtol=tol, atol=tol,
                                        err_msg=field)
+
+
+def _kernel_backends():
+    out = []
+    for name in ("opencl", "cuda_host", "numba"):
+        p = probe(name)
+        out.append(pytest.param(name, marks=[] if p.available else [pytest.mark.skip(reason=f"{name}: {p.reason}")]))
+    return out
+
+
+@pytest.mark.parametrize("links", [2, 16])
+@pytest.mark.parametrize("name", _kernel_backends())
+def test_kernel_backends_step_and_roll_out_k_wide_at_the_extreme_lengths(name, links):
+    # The shared suites build the kernels at the default K = 3 only. Here each kernel backend builds K = 2 and 16
+    # (-DPK_LINKS, Numba's keyword): one step against the reference in both dtypes where the device has float64,
+    # and the fused rollout with the in-kernel K-output MLP against the host path (NumPy's policy), crossing the
+    # time limit. 16 links draw their random components from four Philox blocks and the MLP's from eight.
+    spec = envs.get("Chain-v0", links=links)
+    n = 37 if probe(name).simulator else 261
+    g = np.random.default_rng(links)
+    lo, hi = (np.asarray(b) for b in spec.test_state_box)
+    states = g.uniform(lo, hi, (n, 2 * links))
+    actions = 1.5 * spec.random_actions(g, n)  # beyond [-1, 1]: the clip is part of the step
+    for dtype in ("float32", "float64"):
+        dev = step.make("Chain-v0", n, links=links, dtype=dtype, seed=5, backend=name)
+        if dtype == "float64" and not dev.backend.supports_float64:
+            continue
+        ref = step.make("Chain-v0", n, links=links, dtype=dtype, seed=5)
+        for env in (ref, dev):
+            env.reset()
+            env.set_state(state=states, steps=np.zeros(n, np.int64))
+        tol = spec.parity_tolerance[dtype]
+        r_obs, r_rew, r_term, _ = ref.step(actions)
+        d_obs, d_rew, d_term, _ = (dev.backend.to_host(x) for x in dev.step(actions))
+        np.testing.assert_array_equal(d_term, r_term)
+        np.testing.assert_allclose(d_rew, r_rew, rtol=tol, atol=tol)
+        np.testing.assert_allclose(d_obs, r_obs, rtol=tol, atol=tol)
+        np.testing.assert_allclose(dev.get_state()["state"], ref.get_state()["state"], rtol=tol, atol=tol)
+    from portkern.policy import MLPPolicy
+
+    policy = MLPPolicy.init(spec, seed=4)
+    bufs = []
+    for path in ("fused", "host"):
+        env = step.make("Chain-v0", n, links=links, seed=21, backend=name)
+        env.reset()
+        env.set_state(steps=np.full(n, spec.max_episode_steps - 3))
+        bufs.append(env.rollout(6, policy, path=path))
+    # [fused, host] of each field
+    actions, obs = ([portkern.to_numpy(getattr(b, f)) for b in bufs] for f in ("actions", "obs"))
+    assert actions[0].shape == actions[1].shape == (6, n, links)
+    np.testing.assert_allclose(actions[0], actions[1], rtol=1e-5, atol=1e-5)  # tanh/exp ulps in the kernel
+    np.testing.assert_allclose(obs[0], obs[1], rtol=1e-4, atol=1e-4)
+    for f in ("terminated", "truncated"):
+        np.testing.assert_array_equal(*(portkern.to_numpy(getattr(b, f)) for b in bufs), err_msg=f)

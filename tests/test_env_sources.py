@@ -23,8 +23,8 @@ ENV_IDS = list(envs.ENVS)
 KERNEL_ENV_IDS = [spec.id for spec in envs.KERNEL_OWNERS.values()]
 #: Envs registered before their kernels are written, and the kernel APIs they still lack: make() on one of those
 #: backends raises EnvKernelMissing, the shared tests skip it with that reason, and the tests below skip it here.
-#: Chain-v0 (issue 22) runs on every backend but OpenCL so far.
-PENDING_KERNELS: dict[str, tuple[str, ...]] = {"Chain-v0": ("opencl",)}
+#: None now (Chain-v0 was one until its OpenCL, CUDA and Numba kernels came).
+PENDING_KERNELS: dict[str, tuple[str, ...]] = {}
 #: Where each API keeps an env's kernels, by the env's kernel stem.
 KERNEL_FILES = {"opencl": lambda stem: kernel_dir("opencl") / f"{stem}.cl",
                 "cuda": lambda stem: kernel_dir("cuda") / f"{stem}.cu",

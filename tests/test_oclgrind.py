@@ -116,6 +116,7 @@ def _drive() -> None:
         for spec in (s for s in envs.ENVS.values() if be.missing_env_kernel(s) is None):  # has kernels
             p = spec.param_vector(spec.resolve_params(None), np.dtype(dt))
             d = spec.obs_dim
+            act = (n,) if spec.action_dim == 1 else (n, spec.action_dim)  # a wider Box: [N, action_dim]
             bufs = EnvBuffers(
                 state=zeros((spec.state_dim, n), dt),
                 steps=zeros((n,), np.int32), episodes=zeros((n,), np.uint32),
@@ -132,7 +133,7 @@ def _drive() -> None:
                     if spec.is_discrete:
                         a = rng.integers(0, spec.discrete_actions, n).astype(np.int32)
                     else:
-                        a = rng.uniform(-1, 1, n).astype(np.float32)
+                        a = rng.uniform(-1, 1, act).astype(np.float32)
                     be.env_step(spec, bufs, dev(a), p, 3, 2, mode)
             be.local_size = None
             # Fused rollouts with both policies (hidden 8 keeps the interpreter quick), crossing
@@ -141,7 +142,7 @@ def _drive() -> None:
                 t = 5
                 act_dt = np.int32 if spec.is_discrete else np.float32
                 out = RolloutBuffer(
-                    obs=zeros((t, n, d), dt), actions=zeros((t, n), act_dt), rewards=zeros((t, n), dt),
+                    obs=zeros((t, n, d), dt), actions=zeros((t, *act), act_dt), rewards=zeros((t, n), dt),
                     terminated=zeros((t, n), np.bool_), truncated=zeros((t, n), np.bool_),
                     final_obs=zeros((t, n, d), dt),
                 )  # fmt: skip

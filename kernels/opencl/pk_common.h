@@ -18,14 +18,15 @@
 #define PK_STREAM_POLICY 1u
 
 /* Philox4x32-10 (Salmon et al., SC'11), constants from Random123's philox.h; matches portkern/rng.py.
- * On every lane (pk_vec.h): key (seed, env), counter (c0, c1, c2, 0). */
+ * On every lane (pk_vec.h): key (seed, env), counter (c0, c1, c2, c3). c3 is the block of a draw
+ * wider than one block (the policy's draws for a Box of more than one component); 0 otherwise. */
 typedef struct {
     UV x, y, z, w;
 } pk_bits;
 
-inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
+inline pk_bits pk_philox_block_v(UV c0, UV c1, uint c2, uint c3, uint seed, UV env)
 {
-    UV x = c0, y = c1, z = (UV)(c2), w = (UV)(0u), k1 = env;
+    UV x = c0, y = c1, z = (UV)(c2), w = (UV)(c3), k1 = env;
     uint k0 = seed;
     for (int r = 0; r < 10; ++r) {
         if (r > 0) {
@@ -41,6 +42,12 @@ inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
     }
     pk_bits b = {x, y, z, w};
     return b;
+}
+
+/* Counter (c0, c1, c2, 0): every draw of the resets and of one-block policies. */
+inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
+{
+    return pk_philox_block_v(c0, c1, c2, 0u, seed, env);
 }
 
 /* uint32 -> [-1, 1) from the top 24 bits, as rng.symmetric: every operation is exact in float and double. */

@@ -5,11 +5,12 @@
  * points are pk_<ENV_NAME>_reset, _step and _rollout, and its params the struct
  * pk_<ENV_NAME>_params of the generated pk_params.h), ENV_D (state variables), ENV_OBS (obs
  * width), ACT (action element type), the action space (ENV_ACTIONS for a discrete one,
- * ENV_ACT_HIGH, a float, for a symmetric Box) and, over the vector types of pk_vec.h
- * (AV = PK_V(ACT)):
+ * ENV_ACT_HIGH, a float, for a symmetric Box, and for a Box of several components ENV_ACT_DIM,
+ * their number; 1 when not defined) and, over the vector types of pk_vec.h (AV = PK_V(ACT)):
  *   void env_reset(RV *s, __global const pk_<ENV_NAME>_params *p, pk_bits bits);
  *   IV   env_physics(RV *s, AV a, __global const pk_<ENV_NAME>_params *p, RV *reward);
- *        (returns the terminated mask)
+ *        (returns the terminated mask; with ENV_ACT_DIM > 1 the action is const AV *a, the
+ *        ENV_ACT_DIM components' vectors)
  *   void env_observe(const RV *s, RV *o);
  */
 #ifndef PK_ENV_H
@@ -20,6 +21,24 @@
 #endif
 
 #include "pk_policy.h"
+
+/* Box actions of ENV_ACT_DIM components: [n, ENV_ACT_DIM] row-major in the step's actions buffer,
+ * [T, n, ENV_ACT_DIM] in a rollout's out_actions, one AV per component in registers. With 1 (every
+ * discrete env and 1-wide Box) an action is one AV, loaded and stored as an [n] array. */
+#ifndef ENV_ACT_DIM
+#define ENV_ACT_DIM 1
+#endif
+#if ENV_ACT_DIM < 1 || ENV_ACT_DIM > PK_ROWS_MAX
+#error "ENV_ACT_DIM must be from 1 to PK_ROWS_MAX"
+#endif
+#if ENV_ACT_DIM > 1 && defined(ENV_ACTIONS)
+#error "a discrete env takes one action index per env: ENV_ACT_DIM is for Box actions"
+#endif
+#if ENV_ACT_DIM == 1
+#define PK_ACTION AV action
+#else
+#define PK_ACTION const AV *action
+#endif
 
 #define PK_SAME_STEP 0
 #define PK_NEXT_STEP 1
@@ -72,7 +91,7 @@ inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes
  * either mode: the one code path of pk_<env>_step and pk_<env>_rollout. o is the obs each env is at
  * afterwards, fo the obs the step reached before any autoreset. Every lane runs the physics and
  * the reset draw is made only when some lane resets; per lane the result is the scalar algorithm's. */
-inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, AV action, RV *o, RV *fo,
+inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK_ACTION, RV *o, RV *fo,
                            RV *reward, IV *term, IV *trunc, __global const ENV_PARAMS *params,
                            uint seed, int max_steps, int autoreset_mode, int base)
 {
@@ -149,7 +168,7 @@ inline void pk_env_store(__global int *steps, __global uint *episodes, __global 
 }
 
 inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
-                            __global uchar *needs_reset, AV action, __global REAL *obs,
+                            __global uchar *needs_reset, PK_ACTION, __global REAL *obs,
                             __global REAL *final_obs, __global REAL *reward,
                             __global uchar *terminated, __global uchar *truncated,
                             __global const ENV_PARAMS *params, uint seed, int max_steps,
@@ -166,7 +185,8 @@ inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
 }
 
 /* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
- * policy stream, 0), as policy.sample_actions. */
+ * policy stream, 0), as policy.sample_actions; a wider Box also draws blocks 1, 2, ... */
+#if ENV_ACT_DIM == 1
 inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
                      uint seed, int base, UV ep, IV nsteps)
 {
@@ -181,6 +201,17 @@ inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, 
     return pk_policy_continuous(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACT_HIGH, b);
 #endif
 }
+#else
+inline void pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
+                       uint seed, int base, UV ep, IV nsteps, AV *a)
+{
+    FV x[ENV_OBS];
+    for (int k = 0; k < ENV_OBS; ++k)
+        x[k] = PK_CONVERT(FV, o[k]);
+    pk_policy_box(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACT_DIM, ENV_ACT_HIGH, ep,
+                  PK_CONVERT(UV, nsteps), seed, pk_env_index(base), a);
+}
+#endif
 
 /* Steps t0 .. t0 + t_count - 1 of a fused rollout for the envs at base, their state s already in
  * registers; the counters stay in registers too and everything the env's step buffers hold is
@@ -207,9 +238,16 @@ inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episod
     pk_ld_rows(obs, ENV_OBS, base, n, o);
     for (int t = t0; t < t0 + t_count; ++t) {
         const size_t row = (size_t)t * (size_t)n;
+#if ENV_ACT_DIM == 1
         const AV a = pk_env_act(policy, policy_kind, hidden, o, seed, base, ep, nsteps);
         pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
         PK_CAT(pk_st_, ACT)(out_actions + row, base, n, a);
+#else
+        AV a[ENV_ACT_DIM];
+        pk_env_act(policy, policy_kind, hidden, o, seed, base, ep, nsteps, a);
+        pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
+        PK_CAT(pk_st_rows_, ACT)(out_actions + row * ENV_ACT_DIM, ENV_ACT_DIM, base, n, a);
+#endif
         pk_env_advance(s, &nsteps, &ep, &nr, a, o, fo, &r, &te, &tr, params, seed, max_steps,
                        autoreset_mode, base);
         pk_st_real(out_rewards + row, base, n, r);
@@ -247,9 +285,16 @@ __kernel void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
         return;
     RV s[ENV_D];
     pk_ld_state(state, base, n, s);
+#if ENV_ACT_DIM == 1
     pk_env_step_one(s, steps, episodes, needs_reset, PK_CAT(pk_ld_, ACT)(actions, base, n), obs,
                     final_obs, reward, terminated, truncated, params, seed, max_steps,
                     autoreset_mode, base, n);
+#else
+    AV a[ENV_ACT_DIM];
+    PK_CAT(pk_ld_rows_, ACT)(actions, ENV_ACT_DIM, base, n, a);
+    pk_env_step_one(s, steps, episodes, needs_reset, a, obs, final_obs, reward, terminated,
+                    truncated, params, seed, max_steps, autoreset_mode, base, n);
+#endif
     pk_st_state(state, base, n, s);
 }
 

@@ -77,6 +77,15 @@ inline IV pk_policy_discrete(__global const float *policy, int kind, int hidden,
     return action;
 }
 
+/* A standard normal by Box-Muller from two draws, as policy._sample_box (pk_policy_continuous
+ * spells the same out). */
+inline FV pk_box_muller(UV b1, UV b2)
+{
+    const FV u1 = 1.0f - pk_uniform_v(b1); /* (0, 1]: the log is finite */
+    const FV u2 = pk_uniform_v(b2);
+    return sqrt(-2.0f * log(u1)) * cos(6.28318530717958647692f * u2);
+}
+
 /* Continuous actions from draws b: high * (2u - 1), or the MLP mean plus Box-Muller noise. */
 inline FV pk_policy_continuous(__global const float *policy, int kind, int hidden, const FV *x,
                                int in, float high, pk_bits b)
@@ -90,6 +99,34 @@ inline FV pk_policy_continuous(__global const float *policy, int kind, int hidde
     const FV u2 = pk_uniform_v(b.y);
     const FV z = sqrt(-2.0f * log(u1)) * cos(6.28318530717958647692f * u2);
     return mean + exp(log_std) * z;
+}
+
+/* The dim > 1 components y of a Box action, as policy._sample_box: the draws of component j come
+ * from Philox block (the 4th counter word) j / 4 for the random policy, word j % 4 of it, and j / 2
+ * for the MLP, words 2 (j % 2) and 2 (j % 2) + 1. So component 0 draws exactly what a 1-wide
+ * action does, and a work-item computes one block per 4 (or 2) components. The other counter
+ * words and the key are pk_philox_v's: (c0, c1, policy stream), (seed, env). */
+inline void pk_policy_box(__global const float *policy, int kind, int hidden, const FV *x, int in,
+                          int dim, float high, UV c0, UV c1, uint seed, UV env, FV *y)
+{
+    if (kind == PK_POLICY_RANDOM) {
+        for (int j = 0; j < dim; j += 4) {
+            const pk_bits b = pk_philox_block_v(c0, c1, PK_STREAM_POLICY, (uint)(j / 4), seed, env);
+            const UV words[4] = {b.x, b.y, b.z, b.w};
+            for (int w = 0; w < 4 && j + w < dim; ++w)
+                y[j + w] = high * (pk_uniform_v(words[w]) * 2.0f - 1.0f);
+        }
+        return;
+    }
+    pk_mlp(policy, hidden, in, dim, x, y);
+    const float log_std = policy[in * hidden + hidden + hidden * hidden + hidden + hidden * dim + dim];
+    const float std = exp(log_std);
+    for (int j = 0; j < dim; j += 2) {
+        const pk_bits b = pk_philox_block_v(c0, c1, PK_STREAM_POLICY, (uint)(j / 2), seed, env);
+        y[j] = y[j] + std * pk_box_muller(b.x, b.y);
+        if (j + 1 < dim)
+            y[j + 1] = y[j + 1] + std * pk_box_muller(b.z, b.w);
+    }
 }
 
 #endif

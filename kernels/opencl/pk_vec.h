@@ -100,47 +100,59 @@ PK_STORE_FN(pk_st_int, int)
 PK_STORE_FN(pk_st_uint, uint)
 PK_STORE_FN(pk_st_uchar, uchar)
 
-/* Rows of a row-major [n, width] array (observations), one vector per column; width <= PK_ROWS_MAX. */
+/* Rows of a row-major [n, width] array (observations; the actions of a Box wider than one
+ * component), one vector per column; width <= PK_ROWS_MAX. pk_ld_rows / pk_st_rows are over REAL,
+ * pk_ld_rows_float / pk_st_rows_float over float (the same code; both exist when REAL is float). */
 #define PK_ROWS_MAX 64
-inline void pk_ld_rows(__global const REAL *a, int width, int base, int n, RV *cols)
-{
 #if PK_VW == 1
-    for (int k = 0; k < width; ++k)
-        cols[k] = a[(size_t)base * width + k];
+#define PK_ROWS_FNS(suffix, T)                                                                 \
+    inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n,    \
+                                           PK_V(T) *cols)                                      \
+    {                                                                                          \
+        for (int k = 0; k < width; ++k)                                                        \
+            cols[k] = a[(size_t)base * width + k];                                             \
+    }                                                                                          \
+    inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,          \
+                                           const PK_V(T) *cols)                                \
+    {                                                                                          \
+        for (int k = 0; k < width; ++k)                                                        \
+            a[(size_t)base * width + k] = cols[k];                                             \
+    }
 #else
-    REAL t[PK_VW];
-    for (int k = 0; k < width; ++k) {
-        for (int l = 0; l < PK_VW; ++l)
-            t[l] = base + l < n ? a[(size_t)(base + l) * width + k] : (REAL)(0.0);
-        cols[k] = PK_CAT(vload, PK_VW)(0, t);
+/* The stores transpose into a private block, then make one contiguous copy: scattered
+ * per-element stores to global memory cost more than the physics on CPUs. */
+#define PK_ROWS_FNS(suffix, T)                                                                 \
+    inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n,    \
+                                           PK_V(T) *cols)                                      \
+    {                                                                                          \
+        T t[PK_VW];                                                                            \
+        for (int k = 0; k < width; ++k) {                                                      \
+            for (int l = 0; l < PK_VW; ++l)                                                    \
+                t[l] = base + l < n ? a[(size_t)(base + l) * width + k] : (T)(0.0);            \
+            cols[k] = PK_CAT(vload, PK_VW)(0, t);                                              \
+        }                                                                                      \
+    }                                                                                          \
+    inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,          \
+                                           const PK_V(T) *cols)                                \
+    {                                                                                          \
+        const int count = min(PK_VW, n - base);                                                \
+        T block[PK_VW * PK_ROWS_MAX], t[PK_VW];                                                \
+        for (int k = 0; k < width; ++k) {                                                      \
+            PK_CAT(vstore, PK_VW)(cols[k], 0, t);                                              \
+            for (int l = 0; l < PK_VW; ++l)                                                    \
+                block[l * width + k] = t[l];                                                   \
+        }                                                                                      \
+        __global T *dst = a + (size_t)base * width;                                            \
+        if (count == PK_VW) {                                                                  \
+            for (int c = 0; c < width; ++c)                                                    \
+                PK_CAT(vstore, PK_VW)(PK_CAT(vload, PK_VW)(c, block), c, dst);                 \
+        } else {                                                                               \
+            for (int m = 0; m < count * width; ++m)                                            \
+                dst[m] = block[m];                                                             \
+        }                                                                                      \
     }
 #endif
-}
-
-inline void pk_st_rows(__global REAL *a, int width, int base, int n, const RV *cols)
-{
-#if PK_VW == 1
-    for (int k = 0; k < width; ++k)
-        a[(size_t)base * width + k] = cols[k];
-#else
-    /* Transpose into a private block, then one contiguous copy: scattered per-element stores to
-     * global memory cost more than the physics on CPUs. */
-    const int count = min(PK_VW, n - base);
-    REAL block[PK_VW * PK_ROWS_MAX], t[PK_VW];
-    for (int k = 0; k < width; ++k) {
-        PK_CAT(vstore, PK_VW)(cols[k], 0, t);
-        for (int l = 0; l < PK_VW; ++l)
-            block[l * width + k] = t[l];
-    }
-    __global REAL *dst = a + (size_t)base * width;
-    if (count == PK_VW) {
-        for (int c = 0; c < width; ++c)
-            PK_CAT(vstore, PK_VW)(PK_CAT(vload, PK_VW)(c, block), c, dst);
-    } else {
-        for (int m = 0; m < count * width; ++m)
-            dst[m] = block[m];
-    }
-#endif
-}
+PK_ROWS_FNS(, REAL)
+PK_ROWS_FNS(_float, float)
 
 #endif
