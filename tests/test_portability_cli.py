@@ -234,6 +234,15 @@ def test_a_suite_that_wrote_nothing_is_an_error_and_an_older_run_is_kept(tmp_pat
     assert (out / "results.json").read_text() == "an earlier run"
 
 
+def test_a_suite_that_timed_nothing_says_why_and_what_to_add(tmp_path, capsys, monkeypatch) -> None:
+    # pytest exits 0 and pytest-benchmark writes no file when every selected case was functional only
+    # (`--backend cuda_host`): the error says so instead of pointing at an output that shows no failure.
+    fake_suite(monkeypatch, write=False)
+    assert cli.main(["bench", "--backend", "numpy", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "it timed no case" in err and "functional only" in err and "--backend numpy" in err
+
+
 # ---- report input ----------------------------------------------------------------------------------
 def _emptied_run(tmp_path: Path, keep=lambda case: True) -> Path:
     data = json.loads((DATA / "run-ci-vm-paths-tiny.json").read_text())

@@ -212,6 +212,10 @@ def _run_journaled(json_path: Path, args: argparse.Namespace, tune: bool) -> lis
         else:
             journal.finish()
         sys.stderr.write(captured[-4000:])
+        if code == 0:  # pytest-benchmark writes no file when nothing was timed
+            raise RuntimeError("the benchmark suite did not complete: it timed no case; every case it selected was skipped or is "
+                               "functional only (a simulator, or the cuda_host correctness harness), and a run needs "
+                               f"at least one timed case; add a timed backend (e.g. --backend numpy){kept}")
         raise RuntimeError(f"the benchmark suite did not complete (pytest exit code {code}); output above{kept}")
     journal.finish()  # results.json holds everything the journal did
     return failed
