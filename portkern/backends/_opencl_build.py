@@ -116,10 +116,16 @@ class OpenCLPrograms:
                 return op, op
         return None, "rollout" if name.startswith("mlp") else "step"
 
-    def _ranges(self, n: int, kernel: Any = None) -> tuple[tuple[int], tuple[int] | None]:
-        """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel)."""
+    def _ranges(self, n: int, kernel: Any = None,
+                key: tuple[str | None, str] | None = None) -> tuple[tuple[int], tuple[int] | None]:  # fmt: skip
+        """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel).
+
+        ``key``: (benchmark kernel name, family) of the launch when its function name does not say it all
+        (an env step built for a chain's K reads that K's entry, tuning.env_label)."""
         ls = self.local_size
-        if isinstance(ls, str) and ls == tuning.TUNED:
+        if isinstance(ls, str) and ls == tuning.TUNED and key is not None:
+            ls = self._tuned("local_size", key[1], key[0])
+        elif isinstance(ls, str) and ls == tuning.TUNED:
             keys = self.__dict__.setdefault("_launch_keys", {})  # per kernel object: a dict hit per launch
             if kernel not in keys:
                 if len(keys) >= 256:  # kernels evicted from the kernel cache must not pile up here
@@ -133,8 +139,8 @@ class OpenCLPrograms:
             return (n,), None
         return (-(-n // ls) * ls,), (ls,)  # the kernels bounds-check: round up to whole work-groups
 
-    def _launch(self, kernel: Any, n: int, *args: Any) -> None:
+    def _launch(self, kernel: Any, n: int, *args: Any, key: tuple[str | None, str] | None = None) -> None:
         if n <= 0:
             return
-        gs, ls = self._ranges(n, kernel)
+        gs, ls = self._ranges(n, kernel, key)
         kernel(self.queue, gs, ls, *args)

@@ -139,14 +139,15 @@ class OpenCLKnobs:
         parts = kernel.split(":")
         if parts[0] not in ("step", "rollout"):
             return kernel, kernel
-        if len(parts) < (3 if parts[0] == "rollout" else 2) or parts[1] not in ENVS:
+        # The env part may carry structural values (step:Chain-v0/links=10, tuning.env_label): kept in the entry.
+        if len(parts) < (3 if parts[0] == "rollout" else 2) or parts[1].split("/")[0] not in ENVS:
             raise ValueError(f"kernel: expected step:<env>, rollout:<env>:<path>[:mlp] or a buffer op, got {kernel!r}")
-        spec = ENVS[parts[1]]
+        spec = ENVS[parts[1].split("/")[0]]
         if parts[0] == "rollout" and parts[2] != "host":
             if knob == "local_size":
                 return self._launch_key(f"pk_{spec.kernel}_rollout")
-            return ":".join(("rollout", spec.id, "device" if parts[2] == "device" else "fused", *parts[3:])), "fused"
-        return f"step:{spec.id}", "step"
+            return ":".join(("rollout", parts[1], "device" if parts[2] == "device" else "fused", *parts[3:])), "fused"
+        return f"step:{parts[1]}", "step"
 
     def _env_options(self, dtype: Any, kernel: str | None, family: str) -> tuple[tuple[str, ...], int]:
         """Build options of the env, rollout and MLP kernels, and their envs per work-item.

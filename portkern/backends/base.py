@@ -90,7 +90,7 @@ class Backend(abc.ABC):
     immutable_arrays: ClassVar[bool] = False
 
     #: get_backend(name), installed by portkern.backends.registry (which imports this module).
-    _resolve: ClassVar[Any]
+    _get_backend: ClassVar[Any]
 
     device_name: str
     supports_float64: bool
@@ -169,8 +169,17 @@ class Backend(abc.ABC):
 
     @classmethod
     def for_array(cls, a: Any) -> "Backend":
-        """The instance that owns native array ``a`` (backends with several devices override this)."""
-        return cls._resolve(cls.name)
+        """The instance that owns native array ``a``: the default instance where it :meth:`holds` ``a``, else the
+        instance of ``a``'s device (:meth:`array_device`)."""
+        inst = cls._get_backend(cls.name)
+        device = None if inst.holds(a) else cls.array_device(a)
+        return inst if device is None else cls._get_backend(cls.name, device)
+
+    @classmethod
+    def array_device(cls, a: Any) -> str | None:
+        """The ``device`` argument of :func:`get_backend` for native array ``a``'s device; None where the backend
+        has one device (its default instance holds every array it owns)."""
+        return None
 
     def synchronize(self) -> None:
         """Wait for all queued work on this backend's device."""

@@ -9,7 +9,7 @@ import numpy as np
 from ._cuda_common import one_line, resolve_device, version_text
 from ._cuda_kernels import COPY_UNITS, DTYPE_OPTIONS, REAL_OPTIONS, CudaKernels
 from ._cuda_tools import compile_nvrtc
-from .base import Backend, BackendUnavailable, Probe
+from .base import BackendUnavailable, Probe
 from .registry import register
 
 try:
@@ -143,13 +143,12 @@ class CupyBackend(CudaKernels):
         return cupy is not None and isinstance(a, cupy.ndarray)
 
     @classmethod
-    def for_array(cls, a: Any) -> Backend:
-        from .registry import get_backend
+    def array_device(cls, a: Any) -> str:
+        return f"cuda:{a.device.id}"
 
-        inst = get_backend(cls.name)
-        if getattr(inst, "device_id", None) == a.device.id:
-            return inst
-        return get_backend(cls.name, f"cuda:{a.device.id}")
+    def holds(self, a: Any) -> bool:
+        # An array on another GPU cannot be passed to this device's kernels.
+        return self.owns(a) and a.device.id == self.device_id
 
     # ---- validation helpers: CuPy's own reductions, on the device ------------------------------
     def index_range(self, indices):

@@ -231,12 +231,11 @@ class JaxBackend(Backend):
         return jax is not None and isinstance(a, jax.Array)
 
     @classmethod
-    def for_array(cls, a: Any) -> Backend:
-        from .registry import get_backend
+    def array_device(cls, a: Any) -> str:
+        return _key(next(iter(a.devices())))
 
-        inst = get_backend(cls.name)
-        dev = next(iter(a.devices()))
-        return inst if dev == inst.device else get_backend(cls.name, _key(dev))
+    def holds(self, a: Any) -> bool:
+        return self.owns(a) and self.device in a.devices()
 
     @staticmethod
     def _contiguous(a: Any) -> bool:

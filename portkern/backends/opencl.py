@@ -312,12 +312,13 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
     def env_reset(self, spec: EnvSpec, bufs: EnvBuffers, params, seed, fresh):
         n = self._check_env(spec, bufs, params)
         self._sized(n)  # the knobs of this launch's size class
-        opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
+        bench_name = f"step:{tuning.env_label(spec)}"  # a chain's K in it: its own tuned entries
+        opts, vw = self._env_options(params.dtype, bench_name, "step")
         name = _abi.env_entry(spec.kernel, "reset")
         k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
         values = {"params": self._device_params(params), "seed": seed,
                   "fresh": int(bool(fresh)), "n": n}  # fmt: skip
-        self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs))
+        self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs), key=(bench_name, "step"))
 
     def env_step(self, spec: EnvSpec, bufs: EnvBuffers, actions, params, seed, max_steps, autoreset):
         # The per-step hot path: the buffers are the VectorEnv's own, checked by env_reset.
@@ -325,12 +326,13 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         mode = AUTORESET_MODES[autoreset]
         act = self._actions_on_device(actions, n, spec.action_dtype, spec.action_dim)
         self._sized(n)
-        opts, vw = self._env_options(params.dtype, f"step:{spec.id}", "step")
+        bench_name = f"step:{tuning.env_label(spec)}"
+        opts, vw = self._env_options(params.dtype, bench_name, "step")
         name = _abi.env_entry(spec.kernel, "step")
         k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
         values = {"actions": act, "params": self._device_params(params), "seed": seed,
                   "max_steps": max_steps, "autoreset_mode": mode, "n": n}  # fmt: skip
-        self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs))
+        self._launch(k, -(-n // vw), *_abi.pack(name, values, _data, params.dtype, env=bufs), key=(bench_name, "step"))
 
     def env_rollout(self, spec: EnvSpec, bufs: EnvBuffers, policy, policy_params, out, params, seed,
                     max_steps, autoreset, steps_per_launch):  # fmt: skip
@@ -339,7 +341,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         steps, dt = out.steps, params.dtype
         # One step per launch is the device data path: its own tuned entry (the family's, "fused", without one).
         path = "device" if steps_per_launch == 1 else "fused"
-        bench_name = f"rollout:{spec.id}:{path}" + (":mlp" if policy.kind == 1 else "")
+        bench_name = f"rollout:{tuning.env_label(spec)}:{path}" + (":mlp" if policy.kind == 1 else "")
         self._sized(n)
         opts, vw = self._env_options(dt, bench_name, "fused")
         name = _abi.env_entry(spec.kernel, "rollout")

@@ -171,4 +171,4 @@ def backend_of(x: Any) -> Backend:
 
 # Backend.for_array finds instances through this registry; installed here so that base.py, which the
 # registry imports, needs no import of the registry back.
-Backend._resolve = staticmethod(get_backend)
+Backend._get_backend = staticmethod(get_backend)

@@ -202,11 +202,8 @@ class TorchBackend(Backend):
         return torch is not None and isinstance(a, torch.Tensor)
 
     @classmethod
-    def for_array(cls, a: Any) -> Backend:
-        from .registry import get_backend
-
-        inst = get_backend(cls.name)
-        return inst if inst.device == a.device else get_backend(cls.name, str(a.device))
+    def array_device(cls, a: Any) -> str:
+        return str(a.device)
 
     @staticmethod
     def _contiguous(a: Any) -> bool:
