@@ -207,7 +207,7 @@ def test_array_api_backends_step_like_the_reference(name, dtype):
 
 def _kernel_backends():
     out = []
-    for name in ("opencl", "cuda_host", "numba"):
+    for name in ("opencl", "cuda_host", "numba", "cupy"):
         p = probe(name)
         out.append(pytest.param(name, marks=[] if p.available else [pytest.mark.skip(reason=f"{name}: {p.reason}")]))
     return out

@@ -1,4 +1,5 @@
-"""GPU measurements for one lent machine: copy ceiling, CartPole step, GAE, zero-copy to torch, rollout data paths; writes JSON."""
+"""GPU measurements for one lent machine: copy ceiling, CartPole step, GAE, zero-copy to torch, rollout data paths,
+Chain-v0 step at K = 3 and 10; writes JSON."""
 
 from __future__ import annotations
 
@@ -245,6 +246,22 @@ def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, 
     return out
 
 
+def chain_step(name: str, n: int, links: int, steps: int) -> dict[str, Any]:
+    """The public ``env.step`` of Chain-v0 at K = ``links`` (the physics-heavy env: 20 articulated-body passes
+    per step), float32, actions already on the device; termination off so every step is the same physics."""
+    be = get_backend(name, _device(name))
+    env = pk_step.make("Chain-v0", n, links=links, backend=be, seed=0, params={"target_height": 2.0})
+    env.reset()
+    actions = be.from_host(np.random.default_rng(0).uniform(-1, 1, (n, links)).astype(np.float32))
+    compile_before = getattr(be, "compile_seconds", None)
+    sec = _timed(lambda: env.step(actions), be.synchronize, steps)
+    out = {"backend": name, "device": be.device_name, "env": "Chain-v0", "links": links, "num_envs": n,
+           "steps_timed": steps, "seconds_per_step": sec, "env_steps_per_s": n / sec}  # fmt: skip
+    if compile_before is not None:
+        out["compile_seconds_total"] = be.compile_seconds
+    return out
+
+
 def _host(be: Any, a: Any) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else be.to_host(a)
 
@@ -303,6 +320,8 @@ def main() -> None:
         default=16,
         help="the host path runs the NumPy policy every step: a smaller N keeps it to seconds",
     )
+    ap.add_argument("--chain-n-log2", type=int, default=20, help="Chain-v0 envs (log2) of the chain_step sections")
+    ap.add_argument("--chain-steps", type=int, default=20)
     ap.add_argument(
         "--budget-s",
         type=float,
@@ -351,6 +370,12 @@ def main() -> None:
                 )
                 save()
     _ROLLOUT_ENVS.clear()
+    # Chain-v0 last (each K is its own build on every backend): stepping where the physics is the bill.
+    for links in (3, 10):
+        for name in BACKENDS:
+            section(results, f"chain_step_k{links}_{name}",
+                    lambda name=name, links=links: chain_step(name, 1 << args.chain_n_log2, links, args.chain_steps))
+            save()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     save()
     print(f"wrote {path}")
