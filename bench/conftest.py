@@ -28,8 +28,10 @@ from typing import Any, Callable
 import pytest
 
 from portkern.backends import BackendUnavailable, backends
+from portkern.portability import names as kernel_names
 from portkern.portability import suite
 from portkern.portability.bench_journal import BenchJournal
+from portkern.portability.options import structure_values
 
 _CASES = pytest.StashKey[list]()
 _DEVICES = pytest.StashKey[dict]()
@@ -67,6 +69,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--pk-cases", choices=("all", "quick"), default=None,
                 help="all: every case; quick: leave out the cases that repeat another (suite.quick_left_out), "
                      "listed in the JSON as left out (default: quick with --pk-sizes=quick, else all)")  # fmt: skip
+    g.addoption("--pk-links", default="",
+                help="K[,K...]: time every kernel of an env with a `links` keyword (Chain-v0) at each K, as kernels "
+                     "of their own (step:Chain-v0/links=10; the plain name is the default K); default: the "
+                     "default K only")  # fmt: skip
     g.addoption("--pk-group-s", type=float, default=None,
                 help=f"most seconds of rounds per group; fewer rounds (>= {suite.MIN_ROUNDS}) beyond it (default "
                      f"{suite.GROUP_BUDGET_S:g}; {suite.QUICK_GROUP_BUDGET_S:g} with --pk-sizes=quick)")  # fmt: skip
@@ -79,6 +85,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if steps is not None and steps < 1:
         raise pytest.UsageError(f"--pk-rollout-steps: expected an int >= 1, got {steps}")
     _timing(config)
+    try:
+        structure_values(config.getoption("--pk-links"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc).replace("--links", "--pk-links", 1)) from None
     if _visits(config) < 1:
         raise pytest.UsageError(f"--pk-visits: expected an int >= 1, got {config.getoption('--pk-visits')}")
     config.stash[_CASES] = []
@@ -112,7 +122,9 @@ class Case:
     @property
     def id(self) -> str:
         cfg = "" if self.config is None else f"-{suite.config_id(self.config)}"
-        name = self.kernel.removeprefix("rollout:").replace(":", "-") + "-" if self.kernel else ""
+        # A structural kernel's env part (Chain-v0/links=10) reads Chain-v0-links10 in the id.
+        kernel = self.kernel.removeprefix("rollout:").replace(kernel_names.STRUCTURE_SEP, "-").replace("=", "")
+        name = kernel.replace(":", "-") + "-" if self.kernel else ""
         return f"{name}{self.target.id}-n{self.size}{cfg}"
 
 
@@ -187,6 +199,11 @@ def _check_sizes(mode: str) -> tuple[int, ...]:
     return sizes
 
 
+def _structure(config: pytest.Config) -> dict[str, tuple[int, ...]]:
+    """The structural values the cases run at (``--pk-links``): keyword -> values; {} for the defaults."""
+    return structure_values(config.getoption("--pk-links"))
+
+
 def _rollout_steps(config: pytest.Config, t: suite.Target) -> int:
     steps = config.getoption("--pk-rollout-steps")
     if steps is None:
@@ -219,7 +236,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("pk_kernels")
     if marker is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: a benchmark taking `case` needs @pytest.mark.pk_kernels")
-    kernels = list(marker.args)
+    # Each kernel at every structural value asked for (an env without that keyword: the kernel alone).
+    kernels = [v for k in marker.args for v in kernel_names.structural_variants(k, _structure(config))]
     only = {s for s in config.getoption("--pk-backend").split(",") if s} or None
     params = []
     for t in suite.targets(only, config.getoption("--pk-device") or None):
@@ -249,7 +267,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _kernel_match(name: str, kernel: str) -> bool:
-    return kernel == name or kernel.startswith(name + ":")
+    """Whether ``--pk-kernels`` entry ``name`` selects ``kernel``: the kernel itself or a family of it, where a
+    name without structural values selects the kernel at every value the run times (step:Chain-v0 selects
+    step:Chain-v0/links=10 too)."""
+    if kernel == name or kernel.startswith(name + ":"):
+        return True
+    try:
+        base = kernel_names.base_kernel(kernel)
+    except ValueError:
+        return False
+    return base != kernel and (base == name or base.startswith(name + ":"))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -266,6 +293,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             keep.append(item)
             continue
         known.update(marker.args)
+        if case.kernel:
+            known.add(case.kernel)
         measured = [case.kernel] if case.kernel else list(marker.args)
         (keep if any(_kernel_match(n, k) for n in names for k in measured) else drop).append(item)
     unknown = [n for n in names if not any(_kernel_match(n, k) for k in known)]
@@ -601,6 +630,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "machine": _machine(config),
         "sizes": config.getoption("--pk-sizes"),
         "tune": bool(config.getoption("--pk-tune")),
+        "structure": {k: list(v) for k, v in _structure(config).items()},  # --pk-links: {} at the defaults
         "timing": {"method": "interleaved rounds, order shuffled per round, in visits spread over the run",
                    "rounds": rounds, "visits_max": _visits(config), "slot_s": slot_s,
                    "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},

@@ -131,6 +131,16 @@ def sizes_per_class(sizes: Iterable[int], kernel: str | None = None) -> dict[str
     return dict(sorted(out.items(), key=lambda kv: -CLASS_NAMES.index(kv[0])))
 
 
+def env_label(spec: Any) -> str:
+    """An env's name in benchmark kernel names and tuned entries: its id, then ``/<name>=<value>`` for each
+    structural value (EnvSpec.structure) away from its default, in declaration order (``Chain-v0/links=10``;
+    plain ``Chain-v0`` at links=3). A K-link chain is compiled for its K, so its launches read entries
+    tuned for that K and never another K's (portkern.portability.names parses these names)."""
+    values = getattr(spec, "structure_values", {}) or {}
+    return spec.id + "".join(f"/{s.name}={int(values[s.name])}" for s in getattr(spec, "structure", ())
+                             if s.name in values and int(values[s.name]) != s.default)  # fmt: skip
+
+
 def family(kernel: str) -> str:
     """The knob family of a benchmark kernel name (``step:<env>``, ``rollout:<env>:<path>[:mlp]``, buffer ops)."""
     if kernel.startswith("step:"):

@@ -116,16 +116,10 @@ class OpenCLPrograms:
                 return op, op
         return None, "rollout" if name.startswith("mlp") else "step"
 
-    def _ranges(self, n: int, kernel: Any = None,
-                key: tuple[str | None, str] | None = None) -> tuple[tuple[int], tuple[int] | None]:  # fmt: skip
-        """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel).
-
-        ``key``: (benchmark kernel name, family) of the launch when its function name does not say it all
-        (an env step built for a chain's K reads that K's entry, tuning.env_label)."""
+    def _ranges(self, n: int, kernel: Any = None) -> tuple[tuple[int], tuple[int] | None]:
+        """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel)."""
         ls = self.local_size
-        if isinstance(ls, str) and ls == tuning.TUNED and key is not None:
-            ls = self._tuned("local_size", key[1], key[0])
-        elif isinstance(ls, str) and ls == tuning.TUNED:
+        if isinstance(ls, str) and ls == tuning.TUNED:
             keys = self.__dict__.setdefault("_launch_keys", {})  # per kernel object: a dict hit per launch
             if kernel not in keys:
                 if len(keys) >= 256:  # kernels evicted from the kernel cache must not pile up here
@@ -140,7 +134,14 @@ class OpenCLPrograms:
         return (-(-n // ls) * ls,), (ls,)  # the kernels bounds-check: round up to whole work-groups
 
     def _launch(self, kernel: Any, n: int, *args: Any, key: tuple[str | None, str] | None = None) -> None:
+        """``key``: (benchmark kernel name, family) whose tuned local size the launch reads, when the kernel's
+        function name does not say it all (an env built for a chain's K reads that K's entry,
+        tuning.env_label); kept per kernel object, which is one per build options."""
         if n <= 0:
             return
-        gs, ls = self._ranges(n, kernel, key)
+        if key is not None:
+            keys = self.__dict__.setdefault("_launch_keys", {})
+            if kernel not in keys:
+                keys[kernel] = key
+        gs, ls = self._ranges(n, kernel)
         kernel(self.queue, gs, ls, *args)

@@ -16,7 +16,8 @@ from ..journal import journal_path
 from ..tuning import cache_path, write_cache
 from . import bench_journal, cost, report, suite, training
 from .bench_run import Interrupted, command_line, resume_hint, run_pytest
-from .options import MAX_ITEMS, select_backends
+from .names import base_kernel, kernel_structure
+from .options import MAX_ITEMS, select_backends, structure_values
 from .tune import write_tuned
 
 #: Interleaved rounds per group, shortest slot and group budget with --quick. Given explicitly, so
@@ -88,6 +89,8 @@ def suite_options(args: argparse.Namespace, tune: bool) -> list[str]:
     steps = args.rollout_steps if args.rollout_steps is not None else (QUICK_ROLLOUT_STEPS if args.quick else None)
     if steps is not None:
         argv.append(f"--pk-rollout-steps={steps}")
+    if getattr(args, "links", None):
+        argv.append(f"--pk-links={','.join(map(str, structure_values(args.links)['links']))}")
     if getattr(args, "kernels", None):
         argv.append(f"--pk-kernels={','.join(k for ks in args.kernels for k in ks)}")
     return argv
@@ -151,7 +154,17 @@ def check_run_options(args: argparse.Namespace) -> dict[str, dict[str, float]] |
         raise ValueError(f"--rounds: expected an int in [2, 10000] (interleaved rounds per group), got {args.rounds}")
     if args.machine is not None and not args.machine.strip():
         raise ValueError("--machine: expected a non-empty label")
-    _check_kernels([k for ks in getattr(args, "kernels", None) or [] for k in ks])
+    links = getattr(args, "links", None)
+    if links is not None and not links.strip():
+        raise ValueError("--links: expected K[,K...], the link counts of Chain-v0 to time (2..16)")
+    timed = structure_values(links).get("links")  # each K in range, naming --links, before anything runs
+    kernels = [k for ks in getattr(args, "kernels", None) or [] for k in ks]
+    _check_kernels(kernels)
+    for name in kernels:
+        k = kernel_structure(name).get("links")
+        if k is not None and k not in (timed or ()):
+            raise ValueError(f"--kernels {name}: links={k} is not timed in this run; add it to --links "
+                             f"(--links {','.join(map(str, (*(timed or ()), k)))})")  # fmt: skip
     select_backends(args.backend, args.device)
     return mixes
 
@@ -159,7 +172,16 @@ def check_run_options(args: argparse.Namespace) -> dict[str, dict[str, float]] |
 def _check_kernels(names: list[str]) -> None:
     """``--kernels``: each a kernel the suite times or a family of them (the prefix before a ':')."""
     known = (*suite.KERNELS, *suite.ROLLOUT_KERNELS, "copy")
-    bad = [n for n in names if not any(k == n or k.startswith(n + ":") for k in known)]
+
+    def plain(name: str) -> str:  # step:Chain-v0/links=10 is step:Chain-v0 at another K (--links times it)
+        try:
+            return base_kernel(name)
+        except ValueError as exc:  # a structural value the env does not take, or spelt another way
+            if "/" not in name:
+                return name
+            raise ValueError(f"--kernels {name}: {str(exc).removeprefix('kernel: ')}") from None
+
+    bad = [n for n in names if not any(k == plain(n) or k.startswith(plain(n) + ":") for k in known)]
     if bad:
         families = sorted({k.split(":")[0] for k in known} | {":".join(k.split(":")[:2]) for k in known})
         raise ValueError(f"--kernels {','.join(bad)}: no such kernel; expected kernels or families of them: "
@@ -401,6 +423,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", action="append", default=[], metavar="K[,K...]", type=_comma_list,
                    help="only these kernels, or families (step, rollout, rollout:CartPole-v1, gae, copy...); "
                         "repeatable (default: every kernel)")  # fmt: skip
+    p.add_argument("--links", default=None, metavar="K[,K...]",
+                   help="time the kernels of envs with a `links` keyword (Chain-v0) at each of these link counts "
+                        "(2..16), as kernels of their own (step:Chain-v0/links=10; the plain name is the default "
+                        "K = 3, so list 3 to keep it); other envs are unaffected (default: the default K only)")  # fmt: skip
     p.add_argument("--resume", action="store_true",
                    help="finish an interrupted run: reuse the visits its journal (<out>/results.json.journal) holds, "
                         "after checking that the options, code and machine are the same")  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..backends import backends
+from ..envs import ENVS
 from ..identity import device_matches
 
 #: The most items (envs, elements, steps) one option may ask for: env indices and element counts are int32
@@ -39,3 +40,32 @@ def select_backends(names: Sequence[str], device: str | None) -> list[Any]:
                              f"name); devices found: {found}")  # fmt: skip
         usable = matching
     return usable
+
+
+#: The structural keywords a bench or tune run may set (EnvSpec.structure): keyword -> its option.
+STRUCTURE_OPTIONS = {"links": "--links"}
+
+
+def structure_values(text: str | None, keyword: str = "links") -> dict[str, tuple[int, ...]]:
+    """``{keyword: (K, ...)}`` of a ``--links K[,K...]`` value (distinct, in the order given), {} for none.
+
+    Each K is checked against the range every env declaring ``keyword`` takes (Chain-v0: 2..16), before
+    anything runs; a bad value is a ValueError naming the option and the range."""
+    option = STRUCTURE_OPTIONS.get(keyword, f"--{keyword}")
+    if text is None or not text.strip():
+        return {}
+    declared = [s for spec in ENVS.values() for s in spec.structure if s.name == keyword]
+    if not declared:
+        raise ValueError(f"{option}: no env here has a {keyword!r} keyword, so there is nothing to run at {text}")
+    low, high = max(s.low for s in declared), min(s.high for s in declared)
+    owners = ", ".join(spec.id for spec in ENVS.values() if any(s.name == keyword for s in spec.structure))
+    expected = f"expected K[,K...] with each K an int from {low} to {high} ({keyword} of {owners})"
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"{option} {text}: {expected}") from None
+    bad = [p for p, v in zip(parts, values) if not low <= v <= high]
+    if bad:
+        raise ValueError(f"{option} {text}: {expected}; got {', '.join(bad)}")
+    return {keyword: tuple(dict.fromkeys(values))}

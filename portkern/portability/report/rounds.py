@@ -11,12 +11,13 @@ import numpy as np
 
 from ...runs import Record
 from .. import metrics
-from ..names import BACKEND_ORDER, BASE_KERNELS, KERNEL_ORDER, rollout_parts
+from ..names import BACKEND_ORDER, BASE_KERNELS, kernel_rank, rollout_parts
 
 
 def _kernels(records: list[Record]) -> list[str]:
     seen = {r.kernel for r in records if r.kernel != "copy"}
-    return [k for k in KERNEL_ORDER if k in seen] + sorted(seen - set(KERNEL_ORDER)) or list(BASE_KERNELS)
+    # KERNEL_ORDER's order, a kernel's structural variants (step:Chain-v0/links=10) after it, by value.
+    return sorted(seen, key=kernel_rank) or list(BASE_KERNELS)
 
 
 def _status(rs: list[Record]) -> tuple[str, float | None, str]:

@@ -9,7 +9,9 @@ from typing import Any, Mapping
 from ... import tuning
 from ...runs import Record
 from .. import metrics
-from ..names import BASE_KERNELS, ENV_ORDER, PATHS, POLICIES, STACK_CLASSES, rollout_parts
+from ..names import (
+    BASE_KERNELS, ENV_ORDER, PATHS, POLICIES, STACK_CLASSES, STRUCTURE_SEP, base_kernel, kernel_rank, rollout_parts,
+)  # fmt: skip
 from .rounds import _best, _compare, _iv, _measured_on, _order, _status
 
 
@@ -28,9 +30,17 @@ def spectrum(recs: list[Record], devices: Mapping[str, Any]) -> dict[str, Any]:
         name = f"rollout:{rp[0]}" + ("" if rp[2] == "random" else f":{rp[2]}") if rp else r.kernel
         groups[(r.device_key, name)].append(r)
     order = [k for k in BASE_KERNELS] + [f"rollout:{e}{m}" for m in ("", ":mlp") for e in ENV_ORDER]
+
+    def rank(name: str) -> tuple[Any, ...]:  # a structural variant (rollout:Chain-v0/links=10) after its plain kernel
+        try:
+            base = base_kernel(name)
+        except ValueError:
+            base = name
+        return (order.index(base) if base in order else len(order), kernel_rank(name))
+
     rows = []
-    for (d, name), rs in sorted(groups.items(), key=lambda x: (list(devices).index(x[0][0]),
-                                order.index(x[0][1]) if x[0][1] in order else len(order), x[0][1])):  # fmt: skip
+    for (d, name), rs in sorted(groups.items(), key=lambda x: (list(devices).index(x[0][0]), rank(x[0][1]),
+                                                               x[0][1])):  # fmt: skip
         by_class: dict[str, dict[int, list[Record]]] = defaultdict(lambda: defaultdict(list))
         for r in rs:
             by_class[r.stack_class][r.size].append(r)
@@ -68,7 +78,9 @@ def data_paths(recs: list[Record], devices: Mapping[str, Any]) -> dict[str, Any]
     def order(key: tuple[str, str, str, str]) -> tuple[Any, ...]:
         d, b, env, policy = key
         rank = {x: i for i, x in enumerate(_order(set(devices[d]["backends"]) | {b}))}
-        return (list(devices).index(d), rank[b], ENV_ORDER.index(env) if env in ENV_ORDER else len(ENV_ORDER), env,
+        plain = env.split(STRUCTURE_SEP)[0]  # Chain-v0/links=10 with Chain-v0, after it
+        return (list(devices).index(d), rank[b], ENV_ORDER.index(plain) if plain in ENV_ORDER else len(ENV_ORDER),
+                kernel_rank(f"step:{env}"), env,
                 POLICIES.index(policy) if policy in POLICIES else len(POLICIES), policy)  # fmt: skip
 
     rows = []
@@ -165,6 +177,13 @@ def retune(recs: list[Record], devices: Mapping[str, Any]) -> list[dict[str, Any
                 "verdict": ("no interval" if interval is None else
                             "beyond noise" if interval[0] > 0 else "within noise"),
             })  # fmt: skip
+    # Report order: backends, then kernels as the tables list them (a chain's Ks together, by K), then size
+    # classes largest first ("largest" last), then the device pair.
+    backends = _order({r["backend"] for r in out})
+    classes = [*reversed(tuning.CLASS_NAMES), "largest"]
+    out.sort(key=lambda r: (backends.index(r["backend"]), kernel_rank(r["kernel"]),
+                            classes.index(r["size_class"]) if r["size_class"] in classes else len(classes),
+                            list(devices).index(r["source"]), list(devices).index(r["target"])))  # fmt: skip
     return out
 
 

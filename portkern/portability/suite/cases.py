@@ -16,11 +16,10 @@ import numpy as np
 
 from ... import buffer
 from ...backends import Backend, get_backend
-from ...envs import ENVS
-from ...step import make
+from ..names import env_spec, split_env
 from .kernels import KERNELS, ROLLOUT_T
 from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
-from .rollouts import _prepare_rollout
+from .rollouts import _prepare_rollout, make_env, structure_info
 
 BUFFER_T = 128  # rollout length of the [T, N] buffer cases; their size is T*N elements
 GATHER_FEATURES = 4  # row length of the gathered [M, F] array (CartPole's observation)
@@ -28,13 +27,13 @@ GAMMA, LAM, EPS = 0.99, 0.95, 1e-8
 
 
 def _step_bytes(env_id: str) -> int:
-    spec = ENVS[env_id]
+    spec = env_spec(env_id)
     # state read+write, steps read+write, action, obs + final_obs, reward, terminated + truncated
     return 2 * 4 * spec.state_dim + 2 * 4 + 4 + 2 * 4 * spec.obs_dim + 4 + 2
 
 
 def _host_actions(env_id: str, n: int, rng: np.random.Generator) -> np.ndarray:
-    spec = ENVS[env_id]
+    spec = env_spec(env_id)
     if spec.is_discrete:
         return rng.integers(0, spec.discrete_actions, n).astype(np.int32)
     # A 1-wide Box takes [N]; a wider one [N, action_dim] (the step checks the shape).
@@ -43,7 +42,8 @@ def _host_actions(env_id: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
-    env = make(env_id, n, backend=b, seed=SEED)
+    """``env_id`` is a step kernel's env part, structural values included (``Chain-v0/links=10``)."""
+    env = make_env(env_id, n, backend=b, seed=SEED)
     rng = np.random.default_rng(SEED)
     acts = [_host_actions(env_id, n, rng) for _ in range(PARITY_STEPS)]
     dev_acts = b.from_host(acts[0])
@@ -53,7 +53,7 @@ def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
         env.step(dev_acts)
 
     def check() -> Parity:
-        ref = make(env_id, n, backend="numpy", seed=SEED)
+        ref = make_env(env_id, n, backend="numpy", seed=SEED)
         # Both envs return their own buffers, reused by the next call: copy before stepping on.
         parts = [("reset obs", b.to_host(env.reset(seed=SEED)), ref.reset().copy())]
         for t, a in enumerate(acts):
@@ -63,7 +63,7 @@ def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
             parts.append((f"step {t} final_obs", b.to_host(env.final_obs), ref.final_obs.copy()))
         return _compare(parts)
 
-    return Prepared(run, check, n, n * _step_bytes(env_id), "steps", (n,))
+    return Prepared(run, check, n, n * _step_bytes(env_id), "steps", (n,), structure_info(env_spec(env_id)))
 
 
 def _buffer_case(kernel: str, size: int, rng: np.random.Generator):
@@ -123,6 +123,7 @@ def prepare(b: Backend, kernel: str, size: int, config: dict[str, Any] | None = 
     ``config``'s case knobs (``steps_per_launch``) and ``steps`` (a rollout's T) concern rollouts only.
     """
     if kernel.startswith("step:"):
+        split_env(kernel.split(":", 1)[1])  # an unknown env or structure, named, before anything is made
         return _prepare_step(b, kernel.split(":", 1)[1], size)
     if kernel.startswith("rollout:"):
         return _prepare_rollout(b, kernel, size, steps, config)

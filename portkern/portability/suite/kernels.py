@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ... import tuning
-from ...envs import ENVS
-from ..names import BASE_KERNELS, PATHS
+from ..names import BASE_KERNELS, PATHS, split_env
 from ..names import ROLLOUT_KERNELS as ALL_ROLLOUT_KERNELS
 
 #: The step kernel of every env and the buffer ops, each timed on its own.
@@ -57,7 +56,7 @@ def quick_left_out(backend: str, kernel: str, simulator: bool) -> str | None:
 
 @dataclass(frozen=True)
 class RolloutKernel:
-    env: str
+    env: str  # the name's env part: the env id, and structural values away from the defaults (names.split_env)
     path: str
     policy: str  # "random" | "mlp"
 
@@ -67,8 +66,9 @@ def rollout_kernel(kernel: str) -> RolloutKernel | None:
     parts = kernel.split(":")
     if parts[0] != "rollout":
         return None
-    if len(parts) not in (3, 4) or parts[1] not in ENVS or parts[2] not in PATHS or parts[3:] not in ([], ["mlp"]):
+    if len(parts) not in (3, 4) or parts[2] not in PATHS or parts[3:] not in ([], ["mlp"]):
         raise ValueError(f"kernel: expected rollout:<env>:<path>[:mlp], got {kernel!r}; valid: {', '.join(ROLLOUT_KERNELS)}")
+    split_env(parts[1])  # an unknown env, or structural values it does not take, named
     return RolloutKernel(parts[1], parts[2], "mlp" if len(parts) == 4 else "random")
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from ...backends import Backend
-from ...envs import ENVS
 from ...identity import bench_class
 from ...policy import MLPPolicy, Policy, RandomPolicy, RolloutBuffer
-from ...step import make
+from ...step import VectorEnv, make
+from ..names import env_spec, split_env
 from .kernels import RolloutKernel, rollout_kernel
 from .knobs import config_id, current_config
 from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
@@ -30,8 +30,23 @@ _HOST_REFS: OrderedDict[tuple[Any, ...], dict[str, np.ndarray]] = OrderedDict()
 _HOST_REFS_KEPT = 4  # device and fused cases of one (env, policy, N) share the host path's buffer
 
 
+def make_env(env: str, n: int, **options: Any) -> VectorEnv:
+    """``make`` of a kernel name's env part: the env at the structural values it names (``Chain-v0/links=10``
+    -> ``make("Chain-v0", n, links=10)``), the defaults for a plain id."""
+    env_id, structure = split_env(env)
+    return make(env_id, n, **options, **structure)
+
+
+def structure_info(spec: Any) -> dict[str, Any]:
+    """A case's record of the structure it ran at (an env with structural keywords: its values and the sizes
+    they give); {} for an env without any, whose records stay as they were."""
+    if not spec.structure:
+        return {}
+    return {"structure": dict(spec.structure_values), "obs_dim": spec.obs_dim, "action_dim": spec.action_dim}
+
+
 def _policy(name: str, env_id: str) -> Policy:
-    return MLPPolicy.init(ENVS[env_id], hidden=MLP_HIDDEN, seed=SEED) if name == "mlp" else RandomPolicy()
+    return MLPPolicy.init(env_spec(env_id), hidden=MLP_HIDDEN, seed=SEED) if name == "mlp" else RandomPolicy()
 
 
 def _host_copy(b: Backend, buf: RolloutBuffer) -> dict[str, np.ndarray]:
@@ -40,7 +55,7 @@ def _host_copy(b: Backend, buf: RolloutBuffer) -> dict[str, np.ndarray]:
 
 def _seeded_rollout(b: Backend | str, rk: RolloutKernel, n: int, steps: int, path: str,
                     spl: int | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-    env = make(rk.env, n, backend=b, seed=SEED)
+    env = make_env(rk.env, n, backend=b, seed=SEED)
     env.reset()
     buf = env.rollout(steps, _policy(rk.policy, rk.env), path=path, steps_per_launch=spl)
     return _host_copy(env.backend, buf)
@@ -109,7 +124,7 @@ def _compare_paths(got: dict[str, np.ndarray], want: dict[str, np.ndarray], disc
 
 def _rollout_bytes(env_id: str) -> int:
     """Compulsory bytes per env step: the buffer written once (obs, final obs, action, reward, two flags)."""
-    spec = ENVS[env_id]
+    spec = env_spec(env_id)
     return 2 * 4 * spec.obs_dim + 4 + 4 + 2
 
 
@@ -120,7 +135,7 @@ def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[s
     spl = {"fused": steps if spl is None else int(spl), "device": 1, "host": None}[rk.path]
     if spl is not None and not 1 <= spl <= steps:
         raise ValueError(f"steps_per_launch: expected an int in [1, {steps}], got {spl}")
-    env = make(rk.env, n, backend=b, seed=SEED)
+    env = make_env(rk.env, n, backend=b, seed=SEED)
     policy = _policy(rk.policy, rk.env)
     buf = env.rollout_buffer(steps, host=rk.path == "host")  # preallocated: the timing is the rollout only
     env.reset()
@@ -139,8 +154,9 @@ def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[s
         run()
         got = _host_copy(b, buf)
         exact = bench_class(b.name).exact_paths
-        return _compare_paths(got, _host_reference(b, rk, n, steps), ENVS[rk.env].is_discrete,
+        return _compare_paths(got, _host_reference(b, rk, n, steps), env_spec(rk.env).is_discrete,
                               exact=rk.policy == "random" and exact, drift=not exact)  # fmt: skip
 
-    info = {"env": rk.env, "path": rk.path, "policy": rk.policy, "T": steps, "N": n, "steps_per_launch": spl}
+    info = {"env": rk.env, "path": rk.path, "policy": rk.policy, "T": steps, "N": n, "steps_per_launch": spl,
+            **structure_info(env_spec(rk.env))}  # fmt: skip
     return Prepared(run, check, n * steps, n * steps * _rollout_bytes(rk.env), "env steps", (steps, n), info)

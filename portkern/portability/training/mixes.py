@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..names import BASE_KERNELS, KERNEL_ORDER
+from ..names import BASE_KERNELS, is_kernel
 from .files import load_train
 from .summary import _median, basis
 
@@ -100,7 +100,7 @@ def check_mixes(mixes: Mapping[str, Any], where: str) -> None:
     for name, phases in mixes.items():
         if not isinstance(phases, dict) or not phases:
             raise ValueError(f"{where} {name!r}: expected {{kernel: share}}, got {phases!r}")
-        unknown = set(phases) - set(KERNEL_ORDER)
+        unknown = {k for k in phases if not is_kernel(k)}  # structural variants (step:Chain-v0/links=10) too
         if unknown:
             raise ValueError(f"{where} {name!r}: unknown kernels {sorted(unknown)}; valid: {', '.join(BASE_KERNELS)} "
                              f"and rollout:<env>:<host|device|fused>[:mlp]")  # fmt: skip
