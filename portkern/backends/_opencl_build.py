@@ -116,16 +116,22 @@ class OpenCLPrograms:
                 return op, op
         return None, "rollout" if name.startswith("mlp") else "step"
 
+    def _entry_of(self, kernel: Any, key: tuple[str | None, str] | None = None) -> tuple[str | None, str]:
+        """(benchmark kernel name, family) whose tuned local size ``kernel`` reads: ``key`` where the function
+        name does not say it all (an env built for a chain's K reads that K's entry, tuning.env_label), else
+        derived from the function name. Kept per kernel object, which is one per build options."""
+        keys = self.__dict__.setdefault("_launch_keys", {})  # per kernel object: a dict hit per launch
+        if kernel not in keys:
+            if len(keys) >= 256:  # kernels evicted from the kernel cache must not pile up here
+                keys.clear()
+            keys[kernel] = key or self._launch_key(getattr(kernel, "function_name", ""))
+        return keys[kernel]
+
     def _ranges(self, n: int, kernel: Any = None) -> tuple[tuple[int], tuple[int] | None]:
         """Global and local size for ``n`` work-items with the ``local_size`` knob (tuned per kernel)."""
         ls = self.local_size
         if isinstance(ls, str) and ls == tuning.TUNED:
-            keys = self.__dict__.setdefault("_launch_keys", {})  # per kernel object: a dict hit per launch
-            if kernel not in keys:
-                if len(keys) >= 256:  # kernels evicted from the kernel cache must not pile up here
-                    keys.clear()
-                keys[kernel] = self._launch_key(getattr(kernel, "function_name", ""))
-            bench_name, family = keys[kernel]
+            bench_name, family = self._entry_of(kernel)
             ls = self._tuned("local_size", family, bench_name)
         if ls is not None and (not isinstance(ls, int) or isinstance(ls, bool) or ls < 1):
             raise ValueError(f"local_size: expected {tuning.TUNED!r}, None or a positive int, got {ls!r}")
@@ -134,14 +140,10 @@ class OpenCLPrograms:
         return (-(-n // ls) * ls,), (ls,)  # the kernels bounds-check: round up to whole work-groups
 
     def _launch(self, kernel: Any, n: int, *args: Any, key: tuple[str | None, str] | None = None) -> None:
-        """``key``: (benchmark kernel name, family) whose tuned local size the launch reads, when the kernel's
-        function name does not say it all (an env built for a chain's K reads that K's entry,
-        tuning.env_label); kept per kernel object, which is one per build options."""
+        """``key``: the tuned local size's entry, where the function name does not give it (:meth:`_entry_of`)."""
         if n <= 0:
             return
         if key is not None:
-            keys = self.__dict__.setdefault("_launch_keys", {})
-            if kernel not in keys:
-                keys[kernel] = key
+            self._entry_of(kernel, key)
         gs, ls = self._ranges(n, kernel)
         kernel(self.queue, gs, ls, *args)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import buffer
 from ...backends import Backend, get_backend
-from ..names import env_spec, split_env
+from ..names import env_spec
 from .kernels import KERNELS, ROLLOUT_T
 from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
 from .rollouts import _prepare_rollout, make_env, structure_info
@@ -123,7 +123,6 @@ def prepare(b: Backend, kernel: str, size: int, config: dict[str, Any] | None = 
     ``config``'s case knobs (``steps_per_launch``) and ``steps`` (a rollout's T) concern rollouts only.
     """
     if kernel.startswith("step:"):
-        split_env(kernel.split(":", 1)[1])  # an unknown env or structure, named, before anything is made
         return _prepare_step(b, kernel.split(":", 1)[1], size)
     if kernel.startswith("rollout:"):
         return _prepare_rollout(b, kernel, size, steps, config)
