@@ -1,13 +1,8 @@
 // Acrobot-v1 (envs/acrobot.py): Gymnasium's "book" dynamics, RK4 over one dt, wrap loop, velocity bound.
 #include "pk_common.cuh"
 
-struct PkAcrobot {
-    using Params = pk_acrobot_params;
-    static constexpr int D = 4, O = 6;
-    using Act = int;
-    static constexpr int ACTIONS = 3;  // Discrete(3)
-    static constexpr float ACT_HIGH = 0.0f;
-
+// Params, D, O, Act, ACTIONS and ACT_HIGH: pk_<kernel>_shape, generated from the EnvSpec (pk_params.h).
+struct PkAcrobot : pk_acrobot_shape {
     __device__ static void reset(const REAL sym[4], const pk_acrobot_params *__restrict__ p, REAL s[4]) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) s[k] = p->reset_bound * sym[k];

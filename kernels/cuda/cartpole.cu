@@ -1,13 +1,8 @@
 // CartPole-v1 (envs/cartpole.py): Euler integration in Gymnasium's operation order.
 #include "pk_common.cuh"
 
-struct PkCartPole {
-    using Params = pk_cartpole_params;
-    static constexpr int D = 4, O = 4;
-    using Act = int;
-    static constexpr int ACTIONS = 2;  // Discrete(2)
-    static constexpr float ACT_HIGH = 0.0f;
-
+// Params, D, O, Act, ACTIONS and ACT_HIGH: pk_<kernel>_shape, generated from the EnvSpec (pk_params.h).
+struct PkCartPole : pk_cartpole_shape {
     __device__ static void reset(const REAL sym[4], const pk_cartpole_params *__restrict__ p, REAL s[4]) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) s[k] = p->reset_bound * sym[k];

@@ -11,15 +11,11 @@
 #endif
 static_assert(PK_LINKS >= 2 && PK_LINKS <= 16, "PK_LINKS: Chain-v0 has 2 to 16 links");
 
-struct PkChain {
-    using Params = pk_chain_params;
+// Params, Act, ACTIONS and ACT_HIGH: pk_chain_shape, generated from the EnvSpec (pk_params.h).
+struct PkChain : pk_chain_shape {
     static constexpr int K = PK_LINKS;
     static constexpr int D = 2 * K, O = 3 * K + 2;
-    using Act = float;
-    static constexpr int ACTIONS = 0;  // a Box action
     static constexpr int A = K;        // one control per joint: [N, K] actions
-    // EnvSpec.action_high: the action space, fixed, not a physics param (the random policy's bound).
-    static constexpr float ACT_HIGH = 1.0f;
     static constexpr int FRAME_SKIP = 5;
 
     // Joint j takes draw j % 4: a reset has one Philox block per env.

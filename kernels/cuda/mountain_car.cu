@@ -1,13 +1,8 @@
 // MountainCar-v0 (envs/mountain_car.py): discrete push, velocity and position clipped.
 #include "pk_common.cuh"
 
-struct PkMountainCar {
-    using Params = pk_mountain_car_params;
-    static constexpr int D = 2, O = 2;
-    using Act = int;
-    static constexpr int ACTIONS = 3;  // Discrete(3)
-    static constexpr float ACT_HIGH = 0.0f;
-
+// Params, D, O, Act, ACTIONS and ACT_HIGH: pk_<kernel>_shape, generated from the EnvSpec (pk_params.h).
+struct PkMountainCar : pk_mountain_car_shape {
     __device__ static void reset(const REAL sym[4], const pk_mountain_car_params *__restrict__ p, REAL s[2]) {
         s[0] = p->reset_center + p->reset_half * sym[0];
         s[1] = (REAL)0.0;

@@ -1,14 +1,8 @@
 // MountainCarContinuous-v0 (envs/mountain_car_continuous.py): float32 action, computed in REAL.
 #include "pk_common.cuh"
 
-struct PkMountainCarContinuous {
-    using Params = pk_mountain_car_continuous_params;
-    static constexpr int D = 2, O = 2;
-    using Act = float;
-    static constexpr int ACTIONS = 0;  // a Box action
-    // EnvSpec.action_high: the action space, fixed, not a physics param (the random policy's bound).
-    static constexpr float ACT_HIGH = 1.0f;
-
+// Params, D, O, Act, ACTIONS and ACT_HIGH: pk_<kernel>_shape, generated from the EnvSpec (pk_params.h).
+struct PkMountainCarContinuous : pk_mountain_car_continuous_shape {
     __device__ static void reset(const REAL sym[4], const pk_mountain_car_continuous_params *__restrict__ p,
                                  REAL s[2]) {
         s[0] = p->reset_center + p->reset_half * sym[0];

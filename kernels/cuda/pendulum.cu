@@ -1,14 +1,8 @@
 // Pendulum-v1 (envs/pendulum.py): torque terms in float32 in every build, as Gymnasium computes them.
 #include "pk_common.cuh"
 
-struct PkPendulum {
-    using Params = pk_pendulum_params;
-    static constexpr int D = 2, O = 3;
-    using Act = float;
-    static constexpr int ACTIONS = 0;  // a Box action
-    // EnvSpec.action_high: the action space, fixed, not a physics param (the random policy's bound).
-    static constexpr float ACT_HIGH = 2.0f;
-
+// Params, D, O, Act, ACTIONS and ACT_HIGH: pk_<kernel>_shape, generated from the EnvSpec (pk_params.h).
+struct PkPendulum : pk_pendulum_shape {
     __device__ static void reset(const REAL sym[4], const pk_pendulum_params *__restrict__ p, REAL s[2]) {
         s[0] = p->x_init * sym[0];
         s[1] = p->y_init * sym[1];

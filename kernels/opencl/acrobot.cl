@@ -3,17 +3,10 @@
 #include "pk_params.h"
 
 #define ENV_NAME acrobot
-#define ENV_D 4
-#define ENV_OBS 6
-#define ACT int
-#define ENV_ACTIONS 3
 
 inline void env_reset(RV *s, __global const pk_acrobot_params *p, pk_bits b)
 {
-    s[0] = p->reset_bound * pk_sym_v(b.x);
-    s[1] = p->reset_bound * pk_sym_v(b.y);
-    s[2] = p->reset_bound * pk_sym_v(b.z);
-    s[3] = p->reset_bound * pk_sym_v(b.w);
+    pk_reset_sym4(s, p->reset_bound, b);
 }
 
 /* Gymnasium's AcrobotEnv._dsdt with its constant products precomputed on the host (same order). */

@@ -16,9 +16,7 @@
 #define ENV_NAME chain
 #define ENV_D (2 * PK_LINKS)
 #define ENV_OBS (3 * PK_LINKS + 2)
-#define ACT float
 #define ENV_ACT_DIM PK_LINKS
-#define ENV_ACT_HIGH 1.0f
 #define CHAIN_FRAME_SKIP 5 /* _chain_model.FRAME_SKIP: MuJoCo steps per env step */
 
 /* qpos_j = reset_noise * U[-1, 1) of word j % 4 of the one reset block, qvel = 0 (chain.reset). */

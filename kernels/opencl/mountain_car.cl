@@ -3,10 +3,6 @@
 #include "pk_params.h"
 
 #define ENV_NAME mountain_car
-#define ENV_D 2
-#define ENV_OBS 2
-#define ACT int
-#define ENV_ACTIONS 3
 
 inline void env_reset(RV *s, __global const pk_mountain_car_params *p, pk_bits b)
 {

@@ -4,10 +4,6 @@
 #include "pk_params.h"
 
 #define ENV_NAME mountain_car_continuous
-#define ENV_D 2
-#define ENV_OBS 2
-#define ACT float
-#define ENV_ACT_HIGH 1.0f /* EnvSpec.action_high */
 
 inline void env_reset(RV *s, __global const pk_mountain_car_continuous_params *p, pk_bits b)
 {

@@ -3,10 +3,6 @@
 #include "pk_params.h"
 
 #define ENV_NAME pendulum
-#define ENV_D 2
-#define ENV_OBS 3
-#define ACT float
-#define ENV_ACT_HIGH 2.0f /* EnvSpec.action_high: the action space's bound, not the max_torque param */
 
 inline void env_reset(RV *s, __global const pk_pendulum_params *p, pk_bits b)
 {

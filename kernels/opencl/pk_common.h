@@ -56,6 +56,16 @@ inline RV pk_sym_v(UV b)
     return PK_CONVERT(RV, b >> 8) * (REAL)(5.9604644775390625e-08) * (REAL)(2.0) - (REAL)(1.0);
 }
 
+/* Four state variables, each bound * U[-1, 1) from one word of the reset block (CartPole's and
+ * Acrobot's reset: every variable uniform in [-reset_bound, reset_bound)). */
+inline void pk_reset_sym4(RV *s, REAL bound, pk_bits b)
+{
+    s[0] = bound * pk_sym_v(b.x);
+    s[1] = bound * pk_sym_v(b.y);
+    s[2] = bound * pk_sym_v(b.z);
+    s[3] = bound * pk_sym_v(b.w);
+}
+
 /* NumPy's npy_remainder (Python's modulo: the result takes the divisor's sign); fmod itself is exact. */
 inline RV pk_remainder_v(RV a, REAL b)
 {

@@ -3,10 +3,13 @@
  *
  * The env file includes this header last, after defining ENV_NAME (its kernel stem: the entry
  * points are pk_<ENV_NAME>_reset, _step and _rollout, and its params the struct
- * pk_<ENV_NAME>_params of the generated pk_params.h), ENV_D (state variables), ENV_OBS (obs
- * width), ACT (action element type), the action space (ENV_ACTIONS for a discrete one,
- * ENV_ACT_HIGH, a float, for a symmetric Box, and for a Box of several components ENV_ACT_DIM,
- * their number; 1 when not defined) and, over the vector types of pk_vec.h (AV = PK_V(ACT)):
+ * pk_<ENV_NAME>_params of the generated pk_params.h). Its sizes and action space come from the
+ * same generated header (pk_<ENV_NAME>_D, _OBS, _ACT, _ACTIONS, _ACT_HIGH, from its EnvSpec):
+ * ENV_D (state variables), ENV_OBS (obs width), ACT (action element type), ENV_ACTIONS (the
+ * number of discrete actions, 0 for a Box) and ENV_ACT_HIGH (a Box's symmetric bound). An env
+ * whose sizes depend on its structure (Chain-v0's links) defines ENV_D and ENV_OBS itself, and
+ * for a Box of several components ENV_ACT_DIM, their number (1 when not defined). The env file
+ * defines, over the vector types of pk_vec.h (AV = PK_V(ACT)):
  *   void env_reset(RV *s, __global const pk_<ENV_NAME>_params *p, pk_bits bits);
  *   IV   env_physics(RV *s, AV a, __global const pk_<ENV_NAME>_params *p, RV *reward);
  *        (returns the terminated mask; with ENV_ACT_DIM > 1 the action is const AV *a, the
@@ -20,6 +23,18 @@
 #error "define ENV_NAME (the env's kernel stem) before including pk_env.h"
 #endif
 
+/* pk_<ENV_NAME><what>: the env's entry points and its generated sizes (pk_params.h) */
+#define PK_ENV_ENTRY(what) PK_CAT(PK_CAT(pk_, ENV_NAME), what)
+#ifndef ENV_D
+#define ENV_D PK_ENV_ENTRY(_D)
+#endif
+#ifndef ENV_OBS
+#define ENV_OBS PK_ENV_ENTRY(_OBS)
+#endif
+#define ACT PK_ENV_ENTRY(_ACT)
+#define ENV_ACTIONS PK_ENV_ENTRY(_ACTIONS)
+#define ENV_ACT_HIGH PK_ENV_ENTRY(_ACT_HIGH)
+
 #include "pk_policy.h"
 
 /* Box actions of ENV_ACT_DIM components: [n, ENV_ACT_DIM] row-major in the step's actions buffer,
@@ -31,7 +46,7 @@
 #if ENV_ACT_DIM < 1 || ENV_ACT_DIM > PK_ROWS_MAX
 #error "ENV_ACT_DIM must be from 1 to PK_ROWS_MAX"
 #endif
-#if ENV_ACT_DIM > 1 && defined(ENV_ACTIONS)
+#if ENV_ACT_DIM > 1 && ENV_ACTIONS > 0
 #error "a discrete env takes one action index per env: ENV_ACT_DIM is for Box actions"
 #endif
 #if ENV_ACT_DIM == 1
@@ -44,7 +59,6 @@
 #define PK_NEXT_STEP 1
 #define AV PK_V(ACT)
 #define ENV_PARAMS PK_CAT(PK_CAT(pk_, ENV_NAME), _params)
-#define PK_ENV_ENTRY(what) PK_CAT(PK_CAT(pk_, ENV_NAME), what)
 
 inline UV pk_env_index(int base)
 {
@@ -195,7 +209,7 @@ inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, 
     FV x[ENV_OBS];
     for (int k = 0; k < ENV_OBS; ++k)
         x[k] = PK_CONVERT(FV, o[k]);
-#ifdef ENV_ACTIONS
+#if ENV_ACTIONS > 0
     return pk_policy_discrete(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACTIONS, b);
 #else
     return pk_policy_continuous(policy, policy_kind, hidden, x, ENV_OBS, ENV_ACT_HIGH, b);

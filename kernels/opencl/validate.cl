@@ -61,23 +61,20 @@ inline void pk_sum_group(__local uint *acc, uint c, __global uint *gcount)
         gcount[get_group_id(0)] = acc[0];
 }
 
-/* Non-finite means an all-ones exponent; testing the bits needs no cl_khr_fp64 for float64. */
-__kernel __attribute__((reqd_work_group_size(PK_WG, 1, 1)))
-void pk_count_nonfinite_f32(__global const uint *x, __global uint *gcount, int n)
-{
-    __local uint acc[PK_WG];
-    uint c = 0u;
-    for (size_t k = get_global_id(0); k < (size_t)n; k += get_global_size(0))
-        c += (x[k] & 0x7F800000u) == 0x7F800000u;
-    pk_sum_group(acc, c, gcount);
+/* Non-finite means an all-ones exponent; testing the bits needs no cl_khr_fp64 for float64. One
+ * kernel per float width, over the unsigned integer T of that width and its exponent mask. */
+#define PK_EXPONENT_uint 0x7F800000u
+#define PK_EXPONENT_ulong 0x7FF0000000000000ul
+#define PK_COUNT_NONFINITE(S, T)                                                                   \
+__kernel __attribute__((reqd_work_group_size(PK_WG, 1, 1)))                                        \
+void pk_count_nonfinite_##S(__global const T *x, __global uint *gcount, int n)                     \
+{                                                                                                  \
+    __local uint acc[PK_WG];                                                                       \
+    uint c = 0u;                                                                                   \
+    for (size_t k = get_global_id(0); k < (size_t)n; k += get_global_size(0))                      \
+        c += (x[k] & PK_EXPONENT_##T) == PK_EXPONENT_##T;                                          \
+    pk_sum_group(acc, c, gcount);                                                                  \
 }
 
-__kernel __attribute__((reqd_work_group_size(PK_WG, 1, 1)))
-void pk_count_nonfinite_f64(__global const ulong *x, __global uint *gcount, int n)
-{
-    __local uint acc[PK_WG];
-    uint c = 0u;
-    for (size_t k = get_global_id(0); k < (size_t)n; k += get_global_size(0))
-        c += (x[k] & 0x7FF0000000000000ul) == 0x7FF0000000000000ul;
-    pk_sum_group(acc, c, gcount);
-}
+PK_COUNT_NONFINITE(f32, uint)
+PK_COUNT_NONFINITE(f64, ulong)
