@@ -27,6 +27,7 @@ from jax import lax
 from .. import rng
 from ..envs.base import EnvSpec, ParamView, step_with
 from ..policy import TWO_PI_F32
+from ._array_ops import softmax_inverse_cdf
 
 _M0, _M1 = int(rng.PHILOX_M0), int(rng.PHILOX_M1)
 _W0, _W1 = int(rng.PHILOX_W0), int(rng.PHILOX_W1)
@@ -208,19 +209,8 @@ def sample_actions(kind: int, spec: EnvSpec, obs: Any, flat: Any, hidden: int, s
         return jnp.asarray(spec.action_high, f32) * symmetric(bits[0], f32)
     out = mlp_forward(flat, obs, hidden, spec.discrete_actions if spec.is_discrete else 1)
     if spec.is_discrete:
-        # Inverse CDF of the softmax with the reference's sequential float32 sums.
         e = jnp.exp(out - out.max(axis=1, keepdims=True))
-        total = e[:, 0]
-        for k in range(1, e.shape[1]):
-            total = total + e[:, k]
-        threshold = uniform(bits[0], f32) * total
-        action = jnp.zeros((n,), jnp.int32)
-        acc = e[:, 0]
-        for k in range(e.shape[1] - 1):  # the first k with threshold < acc_k = how many acc_k <= threshold
-            if k:
-                acc = acc + e[:, k]
-            action = action + (threshold >= acc).astype(jnp.int32)
-        return action
+        return softmax_inverse_cdf(e, uniform(bits[0], f32), jnp.zeros((n,), jnp.int32))
     u1 = f32(1.0) - uniform(bits[0], f32)  # (0, 1]: log is finite
     u2 = uniform(bits[1], f32)
     z = jnp.sqrt(f32(-2.0) * jnp.log(u1)) * jnp.cos(f32(TWO_PI_F32) * u2)

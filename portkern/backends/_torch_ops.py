@@ -24,6 +24,7 @@ import torch
 from .. import rng
 from ..envs.base import EnvSpec, step_with
 from ..policy import TWO_PI_F32
+from ._array_ops import softmax_inverse_cdf
 
 MASK32 = 0xFFFFFFFF
 _M0, _M1 = int(rng.PHILOX_M0), int(rng.PHILOX_M1)
@@ -209,20 +210,9 @@ def sample_actions(kind: int, spec: EnvSpec, obs, flat, hidden: int, seed: Word,
         return float(spec.action_high) * symmetric(bits[0], torch.float32)
     out = mlp_forward(flat, obs, hidden, spec.discrete_actions if spec.is_discrete else 1)
     if spec.is_discrete:
-        # Inverse CDF of the softmax with the reference's sequential float32 sums (not cumsum,
-        # which accumulates in float64 on CPU), so the chosen index is the reference's for the same logits.
         e = torch.exp(out - out.amax(dim=1, keepdim=True))
-        total = e[:, 0]
-        for k in range(1, e.shape[1]):
-            total = total + e[:, k]
-        threshold = uniform(bits[0], torch.float32) * total
-        action = torch.zeros_like(env_index, dtype=torch.int32)
-        acc = e[:, 0]
-        for k in range(e.shape[1] - 1):  # the first k with threshold < acc_k = how many acc_k <= threshold
-            if k:
-                acc = acc + e[:, k]
-            action = action + (threshold >= acc).to(torch.int32)
-        return action
+        zeros = torch.zeros_like(env_index, dtype=torch.int32)
+        return softmax_inverse_cdf(e, uniform(bits[0], torch.float32), zeros)
     u1 = 1.0 - uniform(bits[0], torch.float32)  # (0, 1]: log is finite
     u2 = uniform(bits[1], torch.float32)
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(float(TWO_PI_F32) * u2)

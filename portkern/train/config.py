@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
+
+from .._jsonfile import read_json
 
 CONFIG_SCHEMA = "portkern-train-configs/1"
 #: The schema of the training files ``portkern train`` writes (runner.py) and the report reads
@@ -168,19 +169,12 @@ def parse(data: Any, source: str) -> dict[str, TaskConfig]:
 def load(path: str | Path | None = None) -> dict[str, TaskConfig]:
     """The tasks of ``path``, or of the shipped ``portkern/data/train_configs.json``."""
     if path is None:
-        text = resources.files("portkern").joinpath("data/train_configs.json").read_text()
+        file = resources.files("portkern").joinpath("data/train_configs.json")
         source = "portkern/data/train_configs.json"
     else:
-        source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"--config {source}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: not valid JSON ({exc})") from None
-    return parse(data, source)
+        file, source = path, str(path)
+    where = source if path is None else f"--config {source}"  # a user's file: name the option too
+    return parse(read_json(file, lambda what: ConfigError(f"{where}: {what}")), source)
 
 
 def task(env_id: str, path: str | Path | None = None, **overrides: Any) -> TaskConfig:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from ... import rng
 from ...envs.base import EnvSpec
 from ...policy import MAX_WIDTH
 from .common import Toolkit
@@ -92,9 +93,22 @@ def make_act(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     return act
 
 
+def _policy_block(k: Toolkit) -> Callable:
+    """``block(seed, i, ep, t, b)``: the 4 words of Philox block ``b`` of the policy stream, key (seed, env i),
+    counter (episode, step, rng.STREAM_POLICY, b)."""
+    philox, stream = k.philox, np.uint64(rng.STREAM_POLICY)
+
+    @k.djit
+    def block(seed, i, ep, t, b):
+        return philox(np.uint64(ep), np.uint64(t), stream, np.uint64(b), np.uint64(seed), np.uint64(i))
+
+    return block
+
+
 def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     """The action of a discrete or 1-wide Box env, from counter block 0."""
-    F, mulf, philox, uniformf, vmax, mlp = k.F, k.mulf, k.philox, k.uniformf, k.vmax, policies.mlp
+    F, mulf, uniformf, vmax, mlp = k.F, k.mulf, k.uniformf, k.vmax, policies.mlp
+    policy_block = _policy_block(k)
     djit = cuda.jit(device=True)
     obs_dim, f_zero, f_one, f_two, f_neg_two = spec.obs_dim, F(0), F(1), F(2), F(-2)
     f_two_pi = F(2.0 * np.pi)
@@ -103,8 +117,7 @@ def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
 
         @djit
         def act(policy, kind, hidden, o, seed, i, ep, t):
-            c0, _, _, _ = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(0),
-                                 np.uint64(seed), np.uint64(i))  # fmt: skip
+            c0, _, _, _ = policy_block(seed, i, ep, t, 0)
             if kind == 0:
                 return np.int32(((c0 >> _S8) * np.uint64(n_actions)) >> _S24)
             x = cuda.local.array(MAX_WIDTH, np.float32)
@@ -134,8 +147,7 @@ def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
 
     @djit
     def act_box(policy, kind, hidden, o, seed, i, ep, t):
-        c0, c1, _, _ = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(0),
-                              np.uint64(seed), np.uint64(i))  # fmt: skip
+        c0, c1, _, _ = policy_block(seed, i, ep, t, 0)
         if kind == 0:
             return mulf(high, mulf(uniformf(c0), f_two) - f_one)
         x = cuda.local.array(MAX_WIDTH, np.float32)
@@ -158,7 +170,8 @@ def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     component j is ``high * symmetric`` of word j % 4 of block j // 4; the MLP's is its mean j plus
     ``exp(log_std[0])`` times Box-Muller of words 2 (j % 2), 2 (j % 2) + 1 of block j // 2. Component 0
     is the 1-wide draw; one Philox call per 4 (random) or 2 (MLP) components."""
-    F, mulf, philox, uniformf, mlp = k.F, k.mulf, k.philox, k.uniformf, policies.mlp
+    F, mulf, uniformf, mlp = k.F, k.mulf, k.uniformf, policies.mlp
+    policy_block = _policy_block(k)
     djit = cuda.jit(device=True)
     obs_dim, n_out = spec.obs_dim, spec.action_dim
     random_blocks, mlp_blocks = (n_out + 3) // 4, (n_out + 1) // 2
@@ -169,8 +182,7 @@ def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     def act(policy, kind, hidden, o, seed, i, ep, t, out_actions, row):
         if kind == 0:
             for block in range(random_blocks):
-                c = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(block),
-                           np.uint64(seed), np.uint64(i))  # fmt: skip
+                c = policy_block(seed, i, ep, t, block)
                 for w in range(4):
                     j = 4 * block + w
                     if j < n_out:
@@ -185,8 +197,7 @@ def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
         log_std = policy[obs_dim * hidden + hidden + hidden * hidden + hidden + hidden * n_out + n_out]
         std = F(math.exp(log_std))
         for block in range(mlp_blocks):
-            c = philox(np.uint64(ep), np.uint64(t), np.uint64(1), np.uint64(block),
-                       np.uint64(seed), np.uint64(i))  # fmt: skip
+            c = policy_block(seed, i, ep, t, block)
             for half in range(2):
                 j = 2 * block + half
                 if j < n_out:

@@ -11,7 +11,6 @@ which is wider.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..._jsonfile import read_option_json
 from ...backends._opencl_devices import known_platform_ids, platform_id
 from ...runs import Record, Run
 from .. import metrics
@@ -260,10 +260,7 @@ def parse_prices(items: list[str], devices: Mapping[str, Any]) -> dict[str, floa
     pairs: list[tuple[str, str]] = []
     for item in items:
         if "=" not in item and Path(item).is_file():
-            try:
-                data = json.loads(Path(item).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f"--price {item}: not a readable JSON file of {{DEVICE: RATE}} ({exc})") from None
+            data = read_option_json("--price", item, "{DEVICE: RATE}")
             if not isinstance(data, dict):
                 raise ValueError(f"--price {item}: expected a JSON object {{DEVICE: RATE}}")
             pairs += [(str(k), str(v)) for k, v in data.items()]

@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..._jsonfile import read_option_json
 from ..training.mixes import MIX_EXCLUDED, check_mixes, read_mixes
 
 #: The shipped workload mixes: time shares of portkern's kernel phases measured in training runs (``portkern
@@ -53,10 +54,7 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
             raise ValueError(f"--mix {text}: no such file; expected FILE.json of {{name: {{kernel: share}}}} or "
                              f"name=kernel:share,... (the built-in mixes {', '.join(DEFAULT_MIXES)} are always "
                              "reported)")  # fmt: skip
-        try:
-            mixes = json.loads(Path(text).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"--mix {text}: not a readable JSON file of {{name: {{kernel: share}}}} ({exc})") from None
+        mixes = read_option_json("--mix", text, "{name: {kernel: share}}")
         if not isinstance(mixes, dict):
             raise ValueError(f"--mix {text}: expected a JSON object {{name: {{kernel: share}}}}, got {type(mixes).__name__}")
         if "schema" in mixes:

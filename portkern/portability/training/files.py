@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..._jsonfile import read_json
 from ...train.config import TRAIN_SCHEMA
 
 _TOP_KEYS = {
@@ -41,9 +42,11 @@ def _is(value: Any, t: Any) -> bool:
     return isinstance(value, types)
 
 
-def _mistyped(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
-    """The first key of ``spec`` whose value in ``obj`` is not of the declared type(s), or None."""
-    return next((k for k, t in spec.items() if not _is(obj[k], t)), None)
+def _off_spec(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """``obj`` against ``spec`` ({key: type(s)}): (the keys it lacks, and, when it lacks none, the first key
+    whose value is not of the declared type(s), else None)."""
+    missing = [k for k in spec if k not in obj]
+    return missing, None if missing else next((k for k, t in spec.items() if not _is(obj[k], t)), None)
 
 
 def is_train_file(path: str | Path) -> bool:
@@ -65,24 +68,16 @@ def load_train(path: str | Path) -> dict[str, Any]:
     def fail(what: str) -> TrainFileError:
         return TrainFileError(f"{p}: {what}")
 
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise fail(f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); truncated?") from None
+    doc = read_json(p, fail)
     if not isinstance(doc, dict):
         raise fail(f"expected a JSON object of schema {TRAIN_SCHEMA!r} (written by `portkern train`), "
                    f"got {type(doc).__name__}")  # fmt: skip
     if doc.get("schema") != TRAIN_SCHEMA:
         raise fail(f"not a portkern training file of schema {TRAIN_SCHEMA!r} (written by `portkern train`): "
                    f"its schema is {doc.get('schema')!r}")  # fmt: skip
-    missing = [k for k in _TOP_KEYS if k not in doc]
+    missing, bad = _off_spec(doc, _TOP_KEYS)
     if missing:
         raise fail(f"missing top-level keys {missing}; a {TRAIN_SCHEMA} file has {', '.join(_TOP_KEYS)}")
-    bad = _mistyped(doc, _TOP_KEYS)
     if bad:
         raise fail(f"'{bad}' must be {_type_name(_TOP_KEYS[bad])}, got {type(doc[bad]).__name__}")
     tasks = doc["config"].get("tasks")
@@ -99,10 +94,9 @@ def load_train(path: str | Path) -> dict[str, Any]:
         where = f"runs[{i}]"
         if not isinstance(r, dict):
             raise fail(f"{where} must be an object, got {type(r).__name__}")
-        missing = [k for k in _RUN_KEYS if k not in r]
+        missing, bad = _off_spec(r, _RUN_KEYS)
         if missing:
             raise fail(f"{where} lacks {missing}")
-        bad = _mistyped(r, _RUN_KEYS)
         if bad:
             raise fail(f"{where}.{bad} must be {_type_name(_RUN_KEYS[bad])}, got {r[bad]!r}")
         where = f"{where} ({r['task']} {r['stack']} seed {r['seed']})"
