@@ -84,6 +84,9 @@ class Backend(abc.ABC):
     order: ClassVar[int] = 50
     #: Environment variables (after PORTKERN_<NAME>_DEVICE) that give the default ``device=``.
     default_device_env: ClassVar[tuple[str, ...]] = ()
+    #: Why the backend's library did not import here ("" when it did), from the module's guarded import:
+    #: its probe reports it, and the backend refuses to be constructed with it (BackendUnavailable).
+    import_error: ClassVar[str] = ""
 
     #: Whether the backend's arrays cannot be written in place (jax): its buffer ops return new arrays
     #: and the public ``out=`` is refused for it.
@@ -99,6 +102,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def probe(cls) -> Probe:
         """Check, without raising, whether this backend can run here (touching a device, not just importing)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Backend:
+        if cls.import_error:
+            raise BackendUnavailable(cls.import_error)
+        return super().__new__(cls)
 
     @abc.abstractmethod
     def __init__(self, device: str | None = None) -> None: ...

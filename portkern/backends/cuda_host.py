@@ -263,7 +263,6 @@ class CudaHostBackend(CudaKernels):
 
     name = "cuda_host"
     order = 90
-    extra = None
 
     @classmethod
     def probe(cls) -> Probe:

@@ -9,7 +9,7 @@ import numpy as np
 from ._cuda_common import one_line, resolve_device, version_text
 from ._cuda_kernels import COPY_UNITS, DTYPE_OPTIONS, REAL_OPTIONS, CudaKernels
 from ._cuda_tools import compile_nvrtc
-from .base import BackendUnavailable, Probe
+from .base import Probe
 from .registry import register
 
 try:
@@ -42,6 +42,7 @@ class CupyBackend(CudaKernels):
     name = "cupy"
     order = 20
     extra = "cuda"
+    import_error = _IMPORT_ERROR
 
     @classmethod
     def probe(cls) -> Probe:
@@ -60,8 +61,6 @@ class CupyBackend(CudaKernels):
         return Probe(True, devices=tuple(_device_names()), versions=versions)
 
     def __init__(self, device: str | None = None) -> None:
-        if cupy is None:
-            raise BackendUnavailable(_IMPORT_ERROR)
         self.device_id = resolve_device(device, _device_names(), cupy.cuda.runtime.getDevice())
         self._device = cupy.cuda.Device(self.device_id)
         props = cupy.cuda.runtime.getDeviceProperties(self.device_id)

@@ -40,7 +40,7 @@ import numpy as np
 from .._validate import dtype_of
 from ..envs.base import EnvSpec
 from ._cuda_common import one_line
-from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
+from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register
 
 _INSTALL_HINT = "pip install 'portkern[jax]' (CPU wheels; for GPUs and TPUs install jax as its docs say)"
@@ -121,6 +121,7 @@ class JaxBackend(Backend):
     name = "jax"
     order = 42
     extra = "jax"
+    import_error = _IMPORT_ERROR
     # jax arrays cannot be written in place: the buffer ops return their results, out= is refused.
     immutable_arrays = True
 
@@ -137,8 +138,6 @@ class JaxBackend(Backend):
         return Probe(True, devices=tuple(_label(d) for d in devices), versions={"jax": jax.__version__})
 
     def __init__(self, device: str | None = None) -> None:
-        if jax is None:
-            raise BackendUnavailable(_IMPORT_ERROR)
         _enable_x64()
         self.device = self._resolve(device)
         self.device_name = _label(self.device)

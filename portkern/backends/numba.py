@@ -12,7 +12,7 @@ from .. import _abi
 from ..envs.base import EnvSpec
 from ._cuda_common import MAX_PARTIALS as _MAX_PARTIALS
 from ._cuda_common import one_line, resolve_device
-from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
+from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register
 
 try:
@@ -72,6 +72,7 @@ class NumbaBackend(Backend):
     name = "numba"
     order = 30
     extra = "cuda"
+    import_error = _IMPORT_ERROR
 
     @classmethod
     def probe(cls) -> Probe:
@@ -91,8 +92,6 @@ class NumbaBackend(Backend):
                             f"set NUMBA_ENABLE_CUDASIM=1 to run in Numba's CUDA simulator")  # fmt: skip
 
     def __init__(self, device: str | None = None) -> None:
-        if cuda is None:
-            raise BackendUnavailable(_IMPORT_ERROR)
         self.simulator = _simulator()
         if self.simulator:
             # One simulated device: any selector (PORTKERN_DEVICE may name an OpenCL platform) maps to it.

@@ -68,7 +68,6 @@ def normalize(x, eps):
 class NumpyBackend(Backend):
     name = "numpy"
     order = 0
-    extra = None
 
     @classmethod
     def probe(cls) -> Probe:

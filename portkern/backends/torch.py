@@ -18,7 +18,7 @@ import numpy as np
 from .._validate import dtype_of
 from ..envs.base import EnvSpec, ParamView
 from ._cuda_common import one_line
-from .base import AUTORESET_MODES, Backend, BackendUnavailable, EnvBuffers, Probe
+from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register
 
 _INSTALL_HINT = "pip install 'portkern[torch]' (the CPU build of PyTorch is enough)"
@@ -84,6 +84,7 @@ class TorchBackend(Backend):
     name = "torch"
     order = 40
     extra = "torch"
+    import_error = _IMPORT_ERROR
 
     @classmethod
     def probe(cls) -> Probe:
@@ -102,8 +103,6 @@ class TorchBackend(Backend):
         return Probe(True, devices=tuple(usable), versions=_versions())
 
     def __init__(self, device: str | None = None) -> None:
-        if torch is None:
-            raise BackendUnavailable(_IMPORT_ERROR)
         self.device, self.device_name = self._resolve(device)
         kind = self.device.type
         self.supports_float64 = kind != "mps"
