@@ -14,7 +14,11 @@ the same controls (a [T, N, K] float32 array drawn once, uniform in [-1, 1)). Ro
 * ``mjx``: ``jax.jit(jax.vmap(f))`` over the N envs, ``f`` a ``lax.scan`` over the T controls of a
   ``lax.scan`` of FRAME_SKIP ``mjx.step`` calls (T * FRAME_SKIP steps), as MJX's docs batch it; the
   final qpos/qvel returned. float32 (JAX's default) unless ``--mjx-x64`` (then float64). Compile time is
-  reported apart (``mjx_compile_s``), never in the rounds.
+  reported apart (``mjx_compile_s``), never in the rounds. Two settings by default, both recorded in
+  each result's ``mjx_path`` (see "MJX on this CPU" below): the MJX model's ``opt.jacobian`` is sparse
+  (``--mjx-jacobian``), and the executable is compiled with XLA's CPU fusion emitters off
+  (``--mjx-fusion-emitters`` keeps them). ``--mjx-chunk B`` runs ``lax.map(f, ..., batch_size=B)``
+  (a vmap over chunks of B envs, one chunk after the other) instead of one vmap.
 * ``portkern:<backend>:<dtype>``: ``env = step.make("Chain-v0", N, links=K, ...)`` and T calls of
   ``env.step(actions)`` with the host [N, K] float32 actions of that step, the public call a user makes
   (argument checks, the copy to the device, observations, rewards and flags included), synchronised at the
@@ -38,22 +42,50 @@ PoCL's, Intel's TBB), which load from other jobs disturbs less; medians with the
 Each portkern row gets its ratio to the fastest peer (by median) with the per-round ratios' min-max.
 
     PYTHONPATH=. python bench/cpu/chain_peers.py [--sizes 4096x3,4096x10,65536x3,65536x10] [--repeats 5]
-        [--round-s 1] [--steps T] [--no-opencl] [--no-mjx] [--mjx-x64] [--quick]
+        [--round-s 1] [--steps T] [--no-opencl] [--no-mjx] [--mjx-x64] [--mjx-jacobian sparse|auto|dense]
+        [--mjx-fusion-emitters] [--mjx-chunk B] [--quick]
+    (--sizes also takes NxKxT: T env steps per call at that size, e.g. 65536x10x2)
     (pip install 'portkern[opencl,opencl-intel,bench,mujoco,mjx]')
 
 MJX: ``mujoco-mjx``'s releases track MuJoCo's; the newest, 3.17.0, declares ``mujoco>=3.17.0.dev0`` and
 runs on mujoco 4.0.0 and jax 0.10.2, installed without changing either (the ``mjx`` extra). It prints
 "Failed to import warp" on import (its optional MuJoCo Warp path), harmless on a CPU. Without it the MJX
-row is reported as skipped. On a 2-CPU machine (jax/jaxlib 0.10.2) MJX's first call at N = 65,536 never
-returned: both of XLA's intra-op threads sat in jaxlib's batched LAPACK call (``ParallelBatchMap``, the
-mass-matrix factorisation), each waiting for work queued behind the other, with no CPU used; N = 4,096
-ran. At K = 10 (N = 4,096) one MJX call of a few env steps had used over 5 CPU-minutes, still computing,
-when it was stopped (K = 3: about 0.15 s per env step). Pass ``--no-mjx`` for such sizes there.
+row is reported as skipped.
+
+MJX on this CPU (jax/jaxlib 0.10.2, mujoco-mjx 3.17.0, 2-CPU VMs, December 2026). MJX with its defaults
+hits two separate problems here; neither is MJX's arithmetic, and the defaults above avoid both:
+
+* A deadlock at N = 65,536 (K = 3), MJX's default Jacobian setting ("auto": dense below nv = 60). The
+  mass matrix is factorised with ``jax.scipy.linalg.cho_factor``, under vmap jaxlib's batched LAPACK
+  custom call ``lapack_spotrf_ffi``. The executable compiles (about 8 s, the same as at N = 4,096) and
+  its first call never returns: a gdb backtrace of the hung process shows both threads of XLA's 2-thread
+  intra-op pool inside ``lapack_spotrf_ffi`` -> ``jax::ParallelBatchMap`` -> ``BlockingCounter::Wait``,
+  each waiting for batch pieces queued on that same pool, 0 % CPU. N = 4,096 and 16,384 ran. Either
+  of two user-level changes avoids it: ``opt.jacobian = mjJAC_SPARSE`` (MJX then factorises M with its
+  own sparse L'DL code, plain gathers and arithmetic, no LAPACK call in the executable), or chunking the
+  batch, ``lax.map(..., batch_size=8192)`` (65,536 x 3 ran at about 3.5e4 env steps/s that way). The
+  sparse Jacobian is the default here; it holds in float64 (``--mjx-x64``: 1.8e-12 from
+  mujoco.rollout's qvel after 2 env steps at K = 10).
+* Run time exponential in the chain's depth, from XLA's CPU fusion emitters. At K = 10 one env step of
+  16 envs took 33.7 s (K = 3: about 30 us per env and env step); the time is spent in one generated
+  fused kernel (``fused_computation_*``, calling itself down the tree). Compiled with
+  ``xla_cpu_use_fusion_emitters=False`` (a per-executable compiler option, no global XLA_FLAGS), the same
+  call took 6.7 ms. Upstream reports of the same symptom on chains of bodies: jax-ml/jax#33761,
+  google-deepmind/mujoco#2957.
+
+What remains is MJX on XLA's CPU backend: the vmapped executable runs on one core at most (its CPU time
+is at most its wall time), its cost per env step about linear in N and slightly above (K = 3, T = 1, the
+defaults above, third call, process CPU time per env and env step: 24, 26, 28, 32 us at N = 256, 4,096,
+16,384, 65,536, on a loaded 2-core Xeon VM), its compile time independent of N (K = 3: 8-9 s on a quiet
+machine, 15-18 s loaded; K = 10: 35-75 s).
+float32 MJX at K = 10 differs from mujoco.rollout by about 5e-4 rad/s in qvel after 2 env steps on either
+factorisation path (float32 rounding in a 10-link chain; float64 agrees to 1e-12).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import os
 import statistics
@@ -82,6 +114,9 @@ MAX_STEPS = 199
 CROSS_CHECK_ATOL = 1e-7
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS.value
 SEED = 0
+#: The MJX model's opt.jacobian per --mjx-jacobian value.
+MJX_JACOBIAN = {"sparse": mujoco.mjtJacobian.mjJAC_SPARSE, "auto": mujoco.mjtJacobian.mjJAC_AUTO,
+                "dense": mujoco.mjtJacobian.mjJAC_DENSE}  # fmt: skip
 
 
 class Row:
@@ -148,11 +183,20 @@ class RolloutRow(Row):
 
 
 class MjxRow(Row):
-    """MJX: a jitted, vmapped scan of ``mjx.step`` over the envs (see the module docstring)."""
+    """MJX: a jitted, vmapped scan of ``mjx.step`` over the envs (see the module docstring).
+
+    ``jacobian``: the MJX model's ``opt.jacobian`` ("sparse": MJX's own sparse L'DL factorisation of the
+    mass matrix, no LAPACK call; "auto": MJX's default, dense below nv = 60, which factorises with
+    ``jax.scipy.linalg.cho_factor``, jaxlib's batched LAPACK ``potrf``). ``fusion_emitters``: XLA's CPU
+    fusion emitters on (its default) or off (``xla_cpu_use_fusion_emitters=False``, this executable only).
+    ``chunk``: 0 for one ``vmap`` over all N envs, B > 0 for ``lax.map(..., batch_size=B)`` (a vmap over
+    chunks of B envs, the chunks in sequence). None of these change the dynamics: the cross-check
+    against mujoco.rollout holds for each."""
 
     peer = True
 
-    def __init__(self, model: mujoco.MjModel, start: np.ndarray) -> None:
+    def __init__(self, model: mujoco.MjModel, start: np.ndarray, jacobian: str = "sparse",
+                 fusion_emitters: bool = False, chunk: int = 0) -> None:  # fmt: skip
         import jax
         from mujoco import mjx
 
@@ -160,12 +204,26 @@ class MjxRow(Row):
         self.name = "mjx"
         self.dtype = "float64" if jax.config.jax_enable_x64 else "float32"
         self.k = model.nq
+        if jacobian not in MJX_JACOBIAN:
+            raise ValueError(f"jacobian: expected one of {sorted(MJX_JACOBIAN)}, got {jacobian!r}")
+        if chunk < 0 or (chunk and start.shape[0] % chunk):
+            raise ValueError(f"chunk: expected 0 or a divisor of N = {start.shape[0]}, got {chunk}")
+        self.jacobian, self.fusion_emitters, self.chunk = jacobian, fusion_emitters, chunk
+        model = copy.copy(model)  # the same MJCF; only the MJX model's Jacobian path is chosen
+        model.opt.jacobian = MJX_JACOBIAN[jacobian]
         self.mx = mjx.put_model(model)
         d0 = mjx.put_data(model, mujoco.MjData(model))
         q = jax.device_put(start[:, : self.k].astype(self.dtype))
         v = jax.device_put(start[:, self.k :].astype(self.dtype))
         self.batch = jax.vmap(lambda q, v: d0.replace(qpos=q, qvel=v))(q, v)
         self.compile_s: float | None = None
+
+    def path(self) -> dict[str, Any]:
+        """How the row runs, for the JSON."""
+        return {"batching": f"lax.map(batch_size={self.chunk}) of vmap" if self.chunk else "vmap",
+                "jacobian": self.jacobian, "xla_cpu_use_fusion_emitters": self.fusion_emitters,
+                "mass_matrix_factorisation": "MJX sparse L'DL (no LAPACK)" if self.jacobian == "sparse"
+                else "MJX default (dense below nv = 60: jaxlib LAPACK potrf)"}  # fmt: skip
 
     def load(self, controls: np.ndarray) -> None:
         jax, mjx, mx = self.jax, self.mjx, self.mx
@@ -179,9 +237,16 @@ class MjxRow(Row):
             d, _ = jax.lax.scan(env_step, d, ctrl)
             return d.qpos, d.qvel
 
+        if self.chunk:
+            def batched(d, ctrl):  # ctrl [T, N, K] -> per env [T, K], lax.map over chunks of envs
+                per_env = jax.numpy.swapaxes(ctrl, 0, 1)
+                return jax.lax.map(lambda a: episode(*a), (d, per_env), batch_size=self.chunk)
+        else:
+            batched = jax.vmap(episode, in_axes=(0, 1))
         self.ctrl = jax.device_put(controls.astype(self.dtype))  # [T, N, K]: vmapped over axis 1
+        opts = {} if self.fusion_emitters else {"xla_cpu_use_fusion_emitters": False}
         t0 = time.perf_counter()
-        self.fn = jax.jit(jax.vmap(episode, in_axes=(0, 1))).lower(self.batch, self.ctrl).compile()
+        self.fn = jax.jit(batched).lower(self.batch, self.ctrl).compile(compiler_options=opts)
         self.compile_s = time.perf_counter() - t0
 
     def run(self) -> None:
@@ -234,6 +299,24 @@ def portkern_rows(n: int, k: int, start: np.ndarray, devices: list[str],
     return rows
 
 
+def parse_sizes(text: str, steps: int | None) -> list[tuple[int, int, int | None]]:
+    """``"4096x3,65536x10x4"`` -> [(N, K, T)]: T from the third field, else ``steps`` (None: calibrated)."""
+    out = []
+    for item in text.split(","):
+        try:
+            f = [int(x) for x in item.lower().split("x")]
+        except ValueError:
+            f = []
+        if len(f) not in (2, 3) or f[0] < 1 or not 2 <= f[1] <= 16:
+            raise ValueError(f"--sizes: expected comma-separated NxK or NxKxT with N >= 1 and 2 <= K <= 16 "
+                             f"(e.g. 4096x3,65536x10x4), got {item!r} in {text!r}")  # fmt: skip
+        if len(f) == 3 and not 1 <= f[2] <= MAX_STEPS:
+            raise ValueError(f"--sizes: T in {item!r}: expected 1 to {MAX_STEPS} (under the 200-step "
+                             "truncation limit)")  # fmt: skip
+        out.append((f[0], f[1], f[2] if len(f) == 3 else steps))
+    return out
+
+
 def start_states(n: int, k: int) -> np.ndarray:
     """[N, 2K] float64 (qpos, qvel): one seeded reset of the NumPy env (links near rest, at rest)."""
     env = pk_step.make(ENV_ID, n, links=k, dtype="float64", params=NO_TERMINATION, seed=SEED)
@@ -241,9 +324,10 @@ def start_states(n: int, k: int) -> np.ndarray:
     return env.get_state()["state"]
 
 
-def mjx_row(model: mujoco.MjModel, start: np.ndarray, skipped: dict[str, str]) -> MjxRow | None:
+def mjx_row(model: mujoco.MjModel, start: np.ndarray, skipped: dict[str, str],
+            **path: Any) -> MjxRow | None:  # fmt: skip
     try:
-        return MjxRow(model, start)
+        return MjxRow(model, start, **path)
     except ImportError as exc:
         skipped["mjx"] = f"skipped: mujoco-mjx is not importable ({exc}); pip install 'portkern[mjx]'"
         return None
@@ -373,7 +457,8 @@ def versions(mjx_dtype: str | None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default=None, help="comma-separated NxK (envs x links); default "
+    ap.add_argument("--sizes", default=None, help="comma-separated NxK (envs x links) or NxKxT (T env "
+                    "steps per call at that size, over --steps); default "
                     "4096x3,4096x10,65536x3,65536x10, with --quick 64x3")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=None,
                     help="interleaved timed rounds per size (default 5; 2 with --quick)")
@@ -387,20 +472,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-mjx", action="store_true", help="no MJX row")
     ap.add_argument("--mjx-x64", action="store_true",
                     help="MJX in float64 (jax_enable_x64) rather than float32")
+    ap.add_argument("--mjx-jacobian", choices=sorted(MJX_JACOBIAN), default="sparse",
+                    help="the MJX model's opt.jacobian (default sparse: MJX's own mass-matrix "
+                    "factorisation; auto: MJX's default, LAPACK potrf, deadlocks at N = 65,536 on 2 CPUs)")
+    ap.add_argument("--mjx-fusion-emitters", action="store_true",
+                    help="keep XLA's CPU fusion emitters on for MJX (its default; at K = 10 one env step "
+                    "then takes seconds per env); default off for the MJX executable")
+    ap.add_argument("--mjx-chunk", type=int, default=0,
+                    help="B > 0: MJX as lax.map(..., batch_size=B) over the envs (chunked vmap); 0 (default): "
+                    "one vmap over all N")
     ap.add_argument("--quick", action="store_true",
                     help="tiny sizes, 3 steps, 2 rounds: a smoke run for the tests")  # fmt: skip
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "chain_peers.json"))
     args = ap.parse_args(argv)
     sizes_arg = args.sizes or ("64x3" if args.quick else "4096x3,4096x10,65536x3,65536x10")
-    try:
-        sizes = [tuple(int(x) for x in s.lower().split("x")) for s in sizes_arg.split(",")]
-    except ValueError:
-        ap.error(f"--sizes: expected comma-separated NxK (e.g. 4096x3), got {sizes_arg!r}")
-    if any(len(s) != 2 or s[0] < 1 or not 2 <= s[1] <= 16 for s in sizes):
-        ap.error(f"--sizes: expected NxK with N >= 1 and 2 <= K <= 16, got {sizes_arg!r}")
     steps = args.steps if args.steps is not None else (3 if args.quick else None)
     if steps is not None and not 1 <= steps <= MAX_STEPS:
         ap.error(f"--steps: expected 1 to {MAX_STEPS} (under the 200-step truncation limit), got {steps}")
+    try:
+        sizes = parse_sizes(sizes_arg, steps)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.mjx_chunk < 0 or any(args.mjx_chunk and n % args.mjx_chunk for n, _, _ in sizes):
+        ap.error(f"--mjx-chunk: expected 0 or a divisor of every N, got {args.mjx_chunk}")
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     if repeats < 1:
         ap.error(f"--repeats: expected >= 1, got {repeats}")
@@ -423,8 +517,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             rollout_threads=nthread),
             "settings": {
                 "env": ENV_ID, "frame_skip": FRAME_SKIP, "repeats": repeats, "round_s": args.round_s,
-                "steps": steps if steps is not None
-                else "per size, from --round-s (the slowest row's call, MJX aside)",
+                "steps": steps if steps is not None and all(t == steps for _, _, t in sizes)
+                else "per size: NxKxT in --sizes, else --steps, else from --round-s (the slowest row's "
+                "call, MJX aside)",
                 "quick": args.quick,
                 "controls": f"[T, N, K] float32 uniform in [-1, 1), numpy default_rng({SEED}); held "
                 "FRAME_SKIP MuJoCo steps",
@@ -435,13 +530,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "sample, untimed",
                 "dtypes": "mujoco.rollout float64; mjx " + (mjx_dtype or "not run") + "; portkern as named",
                 "cross_check_atol": CROSS_CHECK_ATOL,
+                "mjx": "not run" if args.no_mjx else mjx_path,
             },
             "results": results,
         }
         payload["complete"] = done
         return write_json(args.out, payload), payload
 
-    for n, k in sizes:
+    mjx_path = {"jacobian": args.mjx_jacobian, "fusion_emitters": args.mjx_fusion_emitters,
+                "chunk": args.mjx_chunk}
+    for n, k, size_steps in sizes:
         skipped: dict[str, str] = {}
         model = mujoco.MjModel.from_xml_string(mjcf(k))
         start = start_states(n, k)
@@ -451,14 +549,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if isinstance(r, PortkernRow) and r.env.backend.name != "numpy":
                 backends[r.env.backend.device_name] = r.env.backend
         rng = np.random.default_rng(SEED)
-        t = steps
+        t = size_steps
         first: dict[str, float] = {}  # the first call of each row: kernel builds, caches
         if t is None:
             one = rng.uniform(-1.0, 1.0, (1, n, k)).astype(np.float32)
             t = calibrate(rows, one, args.round_s, skipped, first)
             rows = [r for r in rows if r.name not in skipped]
         controls = np.random.default_rng(SEED).uniform(-1.0, 1.0, (t, n, k)).astype(np.float32)
-        mjx = None if args.no_mjx else mjx_row(model, start, skipped)
+        mjx = None if args.no_mjx else mjx_row(model, start, skipped, **mjx_path)
         if mjx is not None:
             rows.insert(2, mjx)
             mjx_dtype = mjx.dtype
@@ -488,6 +586,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "items_per_s_cpu": {name: rates(count, v["cpu"]) for name, v in timed.items()},
             "seconds": timed, "cross_check": check, "first_call_s": first,
             "mjx_compile_s": mjx.compile_s if mjx is not None else None,
+            "mjx_path": mjx.path() if mjx is not None else None,
         }  # fmt: skip
         result["verdict"] = verdict(result, peers, ours)
         results.append(result)
