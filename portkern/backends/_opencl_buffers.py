@@ -156,7 +156,12 @@ class OpenCLBufferOps:
         names = [arg.name for arg in _abi.declaration(kernel)]  # the array, its outputs, then n
         values = {**dict(zip(names, [a, *bufs])), "n": a.size}
         k(self.queue, (groups * wg,), (wg,), *_abi.pack(kernel, values, _data))
-        return [b.get(queue=self.queue) for b in bufs]
+        # Every partial read enqueued before one wait: a blocking read each would pay the driver's
+        # round trip per output (two for index_range: on PoCL most of a small gather's time).
+        pending = [b.get_async(queue=self.queue) for b in bufs]
+        for _, event in pending:
+            event.wait()
+        return [host for host, _ in pending]
 
     def index_range(self, indices):
         self._check_array(indices, "indices")
