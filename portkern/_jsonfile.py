@@ -32,7 +32,4 @@ def read_option_json(option: str, file: str, shape: str) -> Any:
     """The JSON value of the file given to a command-line ``option`` (``--price``, ``--mix``), expected to
     hold ``shape`` (named in the error); ValueError naming the option and the file when it cannot be read
     or parsed."""
-    try:
-        return json.loads(Path(file).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{option} {file}: not a readable JSON file of {shape} ({exc})") from None
+    return read_json(file, lambda what: ValueError(f"{option} {file}: not a readable JSON file of {shape}: {what}"))

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ._jsonfile import read_json
+
 SCHEMA = "portkern-bench/2"  # 2: per-round timings of interleaved groups, device identity, stack class
 #: Older schemas still read: /1 has no per-round timings (best-of time only: no intervals).
 READABLE = ("portkern-bench/1", SCHEMA)
@@ -96,14 +98,7 @@ def _fail(path: str, what: str) -> RunFileError:
 def load_run(path: str | Path) -> Run:
     """Read and check one run file; raises RunFileError naming the file and what is wrong with it."""
     p = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise _fail(p, f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(p, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); truncated?") from None
+    data = read_json(p, lambda what: _fail(p, what))
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise _fail(p, "not a pytest-benchmark JSON file (no 'benchmarks' list)")
     pk = data.get("portkern")
