@@ -41,7 +41,7 @@ from ..backends import Backend, get_backend
 from ..backends.torch_compile import _renamed
 from ..identity import Target, device_info, machine_label
 from .config import TaskConfig
-from .ppo import Agent, PhaseTimer, torch_gae
+from .ppo import Agent, PhaseTimer, compile_template, torch_gae
 
 TORCH_BACKENDS = ("torch", "torch_compile")
 #: Stack-name suffixes: the PPO update compiled (the default of every torch-agent stack), or eager.
@@ -462,8 +462,9 @@ class CompiledCollect:
                     a[-1].out_features, discrete, next_step, max_steps, str(b.device), str(bufs.state.dtype),
                     torch.get_num_threads())  # fmt: skip
         if self.key not in _COLLECT_STEPS:
-            template = Agent(a[0].in_features, a[-1].out_features if discrete else None,
-                             a[0].out_features, action_dim=agent.action_dim).to(b.device)  # fmt: skip
+            template = compile_template(Agent(a[0].in_features, a[-1].out_features if discrete else None,
+                                              a[0].out_features, action_dim=agent.action_dim).to(b.device),
+                                        b.device)  # fmt: skip
 
             def collect_step(params, obs, s_obs, s_actions, s_logprobs, s_values, *env_args):  # noqa: ANN001, ANN202
                 t = env_args[-1]
