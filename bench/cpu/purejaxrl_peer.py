@@ -1,4 +1,4 @@
-"""The training peer: PureJaxRL's ``ppo.py``, unmodified, against portkern's ``jax`` stack, seeds interleaved.
+"""The training peer: PureJaxRL's ``ppo.py``, unmodified, against portkern's stacks, seeds interleaved.
 
 PureJaxRL (luchris429/purejaxrl) is not part of portkern and is not vendored: point ``--purejaxrl`` at a
 checkout of it, pinned to the commit it was measured at, and install what its ``ppo.py`` imports:
@@ -13,12 +13,14 @@ stubbed here (empty modules), and ``jax.tree_map`` (removed from newer JAX) is a
 program without a convergence check, so its device-seconds per converged policy are its timed run (compile
 excluded, timed apart) pro-rated to the update at which the mean of its last ``solve_window`` finished
 episode returns first reached the target: the same criterion as ``portkern train``, computed from the
-episode returns its own LogWrapper records. portkern's ``jax`` stack runs the same seeds in between
+episode returns its own LogWrapper records. portkern's stacks run the same seeds in between
 (``portkern.train.runner.train_one``, its wall time from setup to the converged update, after a prime).
 
 ``--config pinned`` uses portkern's pinned CartPole-v1 settings (32 envs x 64 steps, lr 1e-3 annealed over
 the pinned budget, 4 epochs x 4 minibatches); ``--config default`` PureJaxRL's own (4 envs x 128 steps,
-lr 2.5e-4, 5e5 steps). One JSON line per run.
+lr 2.5e-4, 5e5 steps), on PureJaxRL and on every portkern stack (the task's settings overridden alike).
+``--stacks`` names the portkern stacks run between PureJaxRL's seeds (default ``jax``; any ``portkern train``
+stack: ``torch_compile``, ``opencl+fused@intel``...). One JSON line per run (``--out`` appends them to a file).
 """
 
 from __future__ import annotations
@@ -103,12 +105,38 @@ def run_purejaxrl(ppo, config: dict, seed: int, window: int, target: float) -> d
             "device_seconds_per_policy": None if u is None else round(run_s * u / updates, 4)}  # fmt: skip
 
 
+def default_overrides(pjx: dict) -> dict:
+    """PureJaxRL's own defaults as overrides of portkern's CartPole-v1 task, so portkern's stacks train the
+    same config: envs, steps, lr (annealed over the same budget), epochs, minibatches; the rest is equal
+    already (gamma, lambda, clip, coefficients, grad-norm, 64-unit tanh networks)."""
+    return {"num_envs": pjx["NUM_ENVS"], "num_steps": pjx["NUM_STEPS"], "lr": pjx["LR"],
+            "update_epochs": pjx["UPDATE_EPOCHS"], "num_minibatches": pjx["NUM_MINIBATCHES"],
+            "total_timesteps": int(pjx["TOTAL_TIMESTEPS"])}  # fmt: skip
+
+
+def portkern_record(r, config: str) -> dict:
+    """One portkern run as a line beside PureJaxRL's: device-seconds per converged policy (its wall time from
+    setup to the converged update) and the time per update (wall less setup, / updates)."""
+    setup = r.phases.get("setup", 0.0)
+    return {"peer": f"portkern {r.stack}", "config": config, "seed": r.seed, "converged": r.converged,
+            "device_seconds_per_policy": r.wall_s if r.converged else None, "updates": r.updates,
+            "ms_per_update": round((r.wall_s - setup) / max(r.updates, 1) * 1e3, 3),
+            "update_share": round(r.phases.get("update", 0.0) / r.wall_s, 4) if r.wall_s else None,
+            "update": r.update, "compile_s": r.compile_s}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--purejaxrl", required=True, help="a checkout of luchris429/purejaxrl (the repository root)")
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--config", choices=("pinned", "default"), default="pinned")
+    p.add_argument("--config", choices=("pinned", "default"), default="pinned",
+                   help="pinned: portkern's CartPole-v1 settings on both; default: PureJaxRL's own (4 envs x 128 "
+                        "steps, lr 2.5e-4, 5e5 steps) on both")  # fmt: skip
+    p.add_argument("--stacks", default="jax",
+                   help="portkern stacks run between PureJaxRL's seeds (comma-separated `portkern train` stack "
+                        "specs, e.g. jax,torch_compile,opencl+fused@intel; default: jax)")  # fmt: skip
     p.add_argument("--no-portkern", action="store_true", help="run the peer only")
+    p.add_argument("--out", help="also append the JSON lines to this file")
     args = p.parse_args(argv)
     src = Path(args.purejaxrl) / "purejaxrl"
     if not (src / "ppo.py").is_file():
@@ -122,22 +150,36 @@ def main(argv: list[str] | None = None) -> int:
     from portkern.train.stacks import parse_stack
 
     task = train_config.task("CartPole-v1")
+    pjx = purejaxrl_config(args.config, task)
+    if args.config == "default":
+        task = train_config.task("CartPole-v1", **default_overrides(pjx))
+    try:
+        specs = [] if args.no_portkern else [parse_stack(s) for s in args.stacks.split(",") if s.strip()]
+    except ValueError as exc:
+        p.error(f"--stacks: {exc}")
     _stub_unused_imports()
     _restore_removed_jax_names()
     sys.path.insert(0, str(src))  # ppo.py imports its sibling as a top-level `wrappers`
-    import ppo  # noqa: E402  (PureJaxRL's ppo.py, as published)
+    import ppo  # PureJaxRL's ppo.py, as published
 
-    pjx = purejaxrl_config(args.config, task)
-    spec = parse_stack("jax")
-    if not args.no_portkern and args.config == "pinned":
-        runner.prime(task, spec)
-    for seed in seeds:  # interleaved: each seed on both, so a shared machine's drift hits both alike
-        print(json.dumps(run_purejaxrl(ppo, pjx, seed, task.ppo.solve_window, task.target)), flush=True)
-        if not args.no_portkern and args.config == "pinned":
+    out = open(args.out, "a") if args.out else None  # noqa: SIM115 - closed below
+
+    def emit(rec: dict) -> None:
+        line = json.dumps(rec)
+        print(line, flush=True)
+        if out is not None:
+            out.write(line + "\n")
+            out.flush()
+
+    for spec in specs:  # compile every stack once, untimed, as `portkern train` does
+        emit({"prime": spec.label, "config": args.config, "seconds": round(runner.prime(task, spec), 3)})
+    for seed in seeds:  # interleaved: each seed on every implementation, so a shared machine's drift hits all
+        emit({**run_purejaxrl(ppo, pjx, seed, task.ppo.solve_window, task.target), "config": args.config})
+        for spec in specs:
             r, _ = runner.train_one(task, spec, seed)
-            print(json.dumps({"peer": "portkern jax", "seed": seed, "converged": r.converged,
-                              "device_seconds_per_policy": r.wall_s if r.converged else None,
-                              "updates": r.updates, "compile_s": r.compile_s}), flush=True)  # fmt: skip
+            emit(portkern_record(r, args.config))
+    if out is not None:
+        out.close()
     return 0
 
 
