@@ -229,6 +229,11 @@ def gather(x: Any, indices: Any, *, backend: str | Backend | None = None, out: A
 
     ``out``: an array of this backend of shape ``(B, *x.shape[1:])`` and x's dtype, written in place
     and returned; it may not share memory with ``x`` or ``indices``.
+
+    An index outside ``[0, M)`` raises ``ValueError`` (naming the range found) and leaves ``x`` and
+    ``indices`` as they were. Where the backend's gather checks the indices itself as it copies (torch on a
+    CPU), ``out`` (or, without one, the cached result of the last gather of this shape) may have been partly
+    written by then.
     """
     b = _resolve(backend, x)
     x = _on(b, "x", x)
@@ -242,16 +247,27 @@ def gather(x: Any, indices: Any, *, backend: str | Backend | None = None, out: A
     if len(idx.shape) != 1:
         raise ValueError(f"indices: expected shape (B,), got {describe(idx)}")
     m = int(x.shape[0])
-    if idx.shape[0]:
-        lo, hi = b.index_range(idx)
-        if lo < 0 or hi >= m:
-            raise ValueError(f"indices: expected values in [0, {m - 1}] (rows of x), got values in [{lo}, {hi}]")
+    checked_by_gather = bool(idx.shape[0]) and b.gather_checks_indices()
+    if idx.shape[0] and not checked_by_gather:
+        _check_index_range(b, idx, m)
     shape = (int(idx.shape[0]),) + tuple(x.shape[1:])
     if out is None:
         out = _result(b, "gather", shape, dtype_of(x), {"x": x, "indices": idx})
     else:
         out = _out(b, "out", out, shape, dtype_of(x), {"x": x, "indices": idx})
-    if idx.shape[0]:
+    if not idx.shape[0]:
+        return out
+    try:
         got = b.gather(x, idx, out)
-        return out if got is None else got
-    return out
+    except IndexError:
+        if not checked_by_gather:
+            raise
+        _check_index_range(b, idx, m)  # words the error: the same ValueError as a checked-first backend's
+        raise
+    return out if got is None else got
+
+
+def _check_index_range(b: Backend, idx: Any, m: int) -> None:
+    lo, hi = b.index_range(idx)
+    if lo < 0 or hi >= m:
+        raise ValueError(f"indices: expected values in [0, {m - 1}] (rows of x), got values in [{lo}, {hi}]")

@@ -356,3 +356,22 @@ def test_ppo_on_the_torch_backend_learns_and_moves_no_data(ppo):
     assert late >= 2 * per_update[0], per_update
     # Zero-copy: the env's tensors feed the agent, and the agent's actions the env, as they are.
     assert result.phases["move"] == 0.0, result.phases
+
+
+@pytest.mark.parametrize("name", ["torch", "torch_compile"])
+def test_cpu_gather_checks_indices_in_its_one_pass(name, monkeypatch):
+    """On a CPU, index_select checks every index as it copies, so buffer.gather runs no range reduction on good
+    indices (a second pass over them), and words a bad one's error from the range only once the copy refused."""
+    b = get_backend(name)
+    assert b.gather_checks_indices()
+    x = torch.arange(20, dtype=torch.float32).reshape(10, 2)
+    calls = []
+    real = type(b).index_range
+    monkeypatch.setattr(type(b), "index_range", lambda self, idx: calls.append(1) or real(self, idx))
+    got = buffer.gather(x, torch.tensor([9, 0, 3]), backend=b)
+    assert got.tolist() == [[18.0, 19.0], [0.0, 1.0], [6.0, 7.0]] and not calls
+    for bad, rng_ in (([0, 10], r"\[0, 10\]"), ([-1, 2], r"\[-1, 2\]")):
+        with pytest.raises(ValueError, match=r"indices: expected values in \[0, 9\] \(rows of x\), got values in " + rng_):
+            buffer.gather(x, torch.tensor(bad), backend=b)
+    assert len(calls) == 2
+    assert x.tolist() == torch.arange(20, dtype=torch.float32).reshape(10, 2).tolist()  # x untouched

@@ -458,6 +458,12 @@ class Backend(abc.ABC):
         """``out[b] = x[indices[b]]`` along the first axis; indices already range-checked."""
         raise self._unsupported("gather")
 
+    def gather_checks_indices(self) -> bool:
+        """Whether :meth:`gather` itself raises ``IndexError`` for an index outside ``[0, M)``, reading nothing out
+        of bounds (so ``portkern.buffer.gather`` skips its range reduction, a second pass over the indices, and
+        computes the range only to word the error). False: the range is checked before the launch."""
+        return False
+
     # ---- validation helpers (before any launch); backends override with device reductions ------
     def index_range(self, indices: Any) -> tuple[int, int]:
         """(min, max) of a native integer array, for validating gather indices before the launch."""
