@@ -151,6 +151,16 @@ def family(kernel: str) -> str:
     return kernel
 
 
+def launch_family(kernel: str) -> str:
+    """The family whose entry a launch of ``kernel`` reads when the kernel has none of its own: its search
+    :func:`family`, but for the device path (``rollout:<env>:device``), which is searched with the rollout knobs
+    (one step per launch: no ``steps_per_launch``) and launches the fused kernel, reading family "fused"."""
+    parts = kernel.split(":")
+    if parts[0] == "rollout" and len(parts) > 2 and parts[2] == "device":
+        return "fused"
+    return family(kernel)
+
+
 @dataclass(frozen=True)
 class Identity:
     """What a tuned configuration belongs to: one driver on one device (the program cache's key too)."""
@@ -341,7 +351,7 @@ class Defaults:
                 per_class[cls] = ", ".join(parts)
             refined = sorted({k for _, e in self.sources
                               for part in (e, *e.get("classes", {}).values()) for k in part.get("kernels", {})
-                              if family(k) == fam})  # fmt: skip
+                              if launch_family(k) == fam})  # fmt: skip
             if len(set(per_class.values())) == 1:
                 text = per_class[UNSIZED_CLASS]
             else:
@@ -395,7 +405,11 @@ def entries_from_records(records: Iterable[Any]) -> dict[str, Any]:
     families: dict[str, Any] = {}
     by_family: dict[str, list[str]] = {}
     for k in shares:
-        by_family.setdefault(family(k), []).append(k)
+        # A family's entry is what launches without an entry of their own read: derived from the kernels whose
+        # launches read it. The device path is searched as a "rollout" but launches read "fused", whose other
+        # kernels are searched with steps_per_launch: it has a kernel entry only, and joins neither family.
+        if launch_family(k) == family(k):
+            by_family.setdefault(family(k), []).append(k)
     for fam, ks in sorted(by_family.items()):
         common = set.intersection(*(set(shares[k]) for k in ks))
         if not common:

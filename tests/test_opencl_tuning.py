@@ -172,6 +172,20 @@ def test_entries_pick_each_kernels_best_and_the_familys_safest():
     assert entries["families"]["step"] == {"env_vector_width": 16, "_worst_share": 0.9}
 
 
+def test_the_device_path_joins_no_family_its_launches_do_not_read():
+    """rollout:<env>:device is searched with the rollout knobs but launches the fused kernel (family "fused"): its
+    records give it a kernel entry, and neither the "rollout" family (the per-step MLP's) nor "fused"."""
+    recs = [_Rec("rollout:CartPole-v1:host", {"env_vector_width": w}, r) for w, r in ((4, 10.0), (16, 5.0))]
+    recs += [_Rec("rollout:CartPole-v1:device", {"env_vector_width": w}, r) for w, r in ((4, 1.0), (16, 10.0))]
+    entries = tuning.entries_from_records(recs)
+    assert entries["kernels"]["rollout:CartPole-v1:device"] == {"env_vector_width": 16}
+    # with the device path in it, the family would have to keep 16 (worst share 0.5) rather than 4 (0.1)
+    assert entries["families"] == {"rollout": {"env_vector_width": 4, "_worst_share": 1.0}}
+    assert tuning.launch_family("rollout:CartPole-v1:device") == "fused"
+    assert tuning.family("rollout:CartPole-v1:device") == "rollout"  # its search space
+    assert tuning.launch_family("rollout:CartPole-v1:fused:mlp") == tuning.family("rollout:CartPole-v1:fused:mlp")
+
+
 def _recorded_tune_run(tmp_path: Path) -> Path:
     """The committed tiny tune run (CI's VM), with the platform names its devices did not record yet."""
     run = json.loads((DATA / "run-ci-vm-tune-tiny.json").read_text())
@@ -240,7 +254,8 @@ _SHOWN_BY = {
                   "reduce_vector_width": ("pk_normalize_apply", "PK_VW")},
     "gather": {"local_size": ("pk_gather_rows_i32", "local size"),
                "gather_rows_per_item": ("pk_gather_rows_i32", "PK_ROWS"),
-               "gather_vector_width": ("pk_gather_rows_i32", "PK_GVW")},
+               "gather_vector_width": ("pk_gather_rows_i32", "PK_GVW"),
+               "gather_prefetch": ("pk_gather_rows_i32", "PK_GPF")},
 }  # fmt: skip
 _STEPS = 4  # T of the rollout cases here
 #: A table row unlike the fallback, whose entries tell apart every entry a launch could read.
@@ -248,7 +263,7 @@ _FAMILIES = {"step": {"env_vector_width": 1, "local_size": 32}, "rollout": {"env
              "fused": {"env_vector_width": 1},
              "gae": {"local_size": 128, "scan_vector_width": 4, "scan_vectors_per_item": 2},
              "normalize": {"reduce_wg": 32, "local_size": 16, "reduce_chunk": 256, "reduce_vector_width": 4},
-             "gather": {"local_size": 8, "gather_rows_per_item": 4, "gather_vector_width": 2}}  # fmt: skip
+             "gather": {"local_size": 8, "gather_rows_per_item": 4, "gather_vector_width": 2, "gather_prefetch": 3}}  # fmt: skip
 #: As a tune run writes them: the host rollout's winner too, which its launches (the step kernel's) do not read.
 _KERNELS = {"step:CartPole-v1": {"env_vector_width": 2, "local_size": 64},
             "rollout:CartPole-v1:host": {"env_vector_width": 4}, "rollout:CartPole-v1:device": {"env_vector_width": 4},
