@@ -40,7 +40,7 @@ def _devices() -> list:
 def ocl(request):
     b = get_backend("opencl", request.param)
     knobs = ("scan_vector_width", "scan_vectors_per_item", "reduce_chunk", "reduce_vector_width",
-             "gather_rows_per_item", "gather_vector_width")  # fmt: skip
+             "gather_rows_per_item", "gather_vector_width", "gather_prefetch")  # fmt: skip
     saved = {k: getattr(b, k) for k in knobs}
     yield b
     for k, v in saved.items():  # the instance is shared (registry): leave its knobs as found
@@ -132,7 +132,8 @@ def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
     # gather copies bits: float64 needs no cl_khr_fp64
     for dtype in _fitting(ocl, layout[1] if layout[0] else 1, ("float32", "float64")):
         x = rng.standard_normal((300, *row)).astype(dtype)
-        for idt in (np.int32, np.int64):
+        for idt, prefetch in ((np.int32, 0), (np.int64, 0), (np.int64, 2), (np.int32, 16)):
+            ocl.gather_prefetch = prefetch  # rows ahead: inside, at and past a work-item's rows
             idx = np.concatenate([rng.permutation(300)[:76], [299]]).astype(idt)
             got = ocl.to_host(buffer.gather(x, idx, backend=ocl))
             np.testing.assert_array_equal(got, x[idx])
@@ -230,6 +231,8 @@ def test_layout_knobs_default_to_the_tuned_entry_else_the_gpu_shape(ocl, monkeyp
     ) == (1, 1)
     assert ocl._buffer_knob("normalize", "reduce_chunk") == 0
     assert ocl._buffer_knob("gather", "gather_rows_per_item") == 0
+    ocl.gather_prefetch = tuning.TUNED
+    assert ocl._buffer_knob("gather", "gather_prefetch") == 0
     entry = {"kernels": {"gae": {"scan_vector_width": 8, "scan_vectors_per_item": 32}}}
     monkeypatch.setattr(d, "sources", [("cache", entry)])
     monkeypatch.setattr(d, "_memo", {})
@@ -290,8 +293,8 @@ def _drive() -> None:
             assert np.allclose(be.to_host(y), npb.normalize(x, 1e-8), rtol=1e-5, atol=1e-6), (chunk, vw)
         for row in ((4,), (3,), (70,)):
             rows = rng.standard_normal((7, *row)).astype(dt)
-            for rpi, vw in ((1, 1), (3, 2), (16, 4)):
-                be.gather_rows_per_item, be.gather_vector_width = rpi, vw
+            for rpi, vw, pf in ((1, 1, 0), (3, 2, 1), (16, 4, 2)):
+                be.gather_rows_per_item, be.gather_vector_width, be.gather_prefetch = rpi, vw, pf
                 for idt in (np.int64, np.int32):
                     idx = np.array([6, 0, 3, 3, 5], dtype=idt)
                     got = dev(np.zeros((5, *row), dt))

@@ -53,6 +53,24 @@ PK_GATHER(pk_gather_i32, int)
 #define PK_LEN(row_len) ((size_t)(row_len))
 #endif
 
+/* PK_GPF (backend.gather_prefetch > 0): prefetch the row PK_GPF rows ahead with OpenCL's prefetch(),
+ * so its cache miss overlaps the copies in between (the indices are random: a hardware prefetcher
+ * cannot guess them). A driver may compile prefetch() to nothing; whether it pays is measured per
+ * driver by tuning (on the dev VM's Xeon: Intel's CPU runtime 1.9x faster at 8.4M random rows of
+ * 16 bytes, PoCL unchanged). */
+#ifndef PK_GPF
+#define PK_GPF 0
+#endif
+#if PK_GPF > 0
+#define PK_PREFETCH_ROW(b, b1, len)                                                             \
+    do {                                                                                        \
+        if ((b) + PK_GPF < (b1))                                                                \
+            prefetch(x + (size_t)indices[(b) + PK_GPF] * (len), (len));                         \
+    } while (0)
+#else
+#define PK_PREFETCH_ROW(b, b1, len) ((void)0)
+#endif
+
 #define PK_GATHER_ROWS(name, IDX)                                                               \
     __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
                        int row_len, int B)                                                      \
@@ -61,6 +79,7 @@ PK_GATHER(pk_gather_i32, int)
         const size_t b1 = min(b0 + (size_t)PK_ROWS, (size_t)B);                                 \
         const size_t len = PK_LEN(row_len), vec_end = len - len % PK_GVW;                       \
         for (size_t b = b0; b < b1; ++b) {                                                      \
+            PK_PREFETCH_ROW(b, b1, len);                                                        \
             __global const REAL *src = x + (size_t)indices[b] * len;                            \
             __global REAL *dst = out + b * len;                                                 \
             size_t j = 0;                                                                       \

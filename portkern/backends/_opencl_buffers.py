@@ -137,7 +137,8 @@ class OpenCLBufferOps:
             self._launch(k, b * row_len, *_abi.pack(kernel, values, _data))
             return
         vw = self._width("gather_vector_width", vw, x.dtype)
-        opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}")
+        pf = self._buffer_knob("gather", "gather_prefetch")
+        opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}", f"-DPK_GPF={pf}")
         if row_len <= self._GATHER_CONST_ROW:  # short rows: the row length compiled in (gather.cl)
             opts = (*opts, f"-DPK_ROW_LEN={row_len}")
         name = kernel.replace("pk_gather", "pk_gather_rows")

@@ -29,7 +29,7 @@ _FALLBACK_CPU_VW = 16
 #: Layout knobs of the buffer ops without a tuned entry: the GPU shape, i.e. the original kernels (one
 #: element or env per work-item). Never chosen by device type: a CPU gets its layout from tuning.
 _GPU_SHAPE = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk": 0, "reduce_vector_width": 1,
-              "gather_rows_per_item": 0, "gather_vector_width": 1}  # fmt: skip
+              "gather_rows_per_item": 0, "gather_vector_width": 1, "gather_prefetch": 0}  # fmt: skip
 
 
 class OpenCLKnobs:

@@ -159,6 +159,8 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         #: per vector load within a row.
         self.gather_rows_per_item: int | str = tuning.TUNED
         self.gather_vector_width: int | str = tuning.TUNED
+        #: gather's row layout: prefetch the row this many rows ahead (0: none; OpenCL's prefetch()).
+        self.gather_prefetch: int | str = tuning.TUNED
         fp32 = self.device.single_fp_config
         # OpenCL allows 2.5 ulp float division by default; the reference divides exactly.
         self._fp32_options: tuple[str, ...] = (
