@@ -35,7 +35,8 @@ def _one_cpu_device(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---- refusals ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
     (["--stack", "numpy", "--parallel-seeds", "2", "--seeds", "1,2"],
-     "--parallel-seeds 2: only the jax stack trains several seeds at once on one device (vmap over seeds); not numpy"),
+     "--parallel-seeds 2: only the jax stack and the torch stacks (torch, torch_compile) train several seeds at once "
+     "on one device (vmap over seeds); not numpy"),
     (["--stack", "jax,numpy", "--parallel-seeds", "2", "--seeds", "1,2"], "not numpy"),
     (["--stack", "jax", "--parallel-seeds", "0"], "--parallel-seeds: expected an integer >= 1, got 0"),
     (["--stack", "jax", "--parallel-seeds", "2", "--seeds", "1,2,3"], "3 seed(s) do not split into batches of 2"),

@@ -48,14 +48,16 @@ def register(sub: Any) -> None:
                         "run; an ADDRESS (ray://host:10001, host:6379 or auto) joins an existing cluster. One run "
                         "per piece of hardware at a time: a GPU, or --cores-per-run cores of a CPU")
     p.add_argument("--parallel-seeds", type=int, default=1, metavar="K",
-                   help="train K seeds at once on one device (the jax stack: vmap over seeds, PureJaxRL's way), the "
-                        "seeds in batches of K consecutive ones; each run's device_seconds_per_policy is then its "
-                        "batch's wall time / the batch's converged policies (default 1: one seed at a time). On a "
-                        "CPU the K seeds spread over its cores (JAX started with one CPU device per core)")
+                   help="train K seeds at once on one device (the jax stack: vmap over seeds, PureJaxRL's way; the "
+                        "torch and torch_compile stacks: a batched ensemble, the K agents' parameters stacked and "
+                        "torch.func.vmap over seeds), the seeds in batches of K consecutive ones; each run's "
+                        "device_seconds_per_policy is then its batch's wall time / the batch's converged policies "
+                        "(default 1: one seed at a time). On a CPU the jax stack's K seeds spread over its cores (JAX "
+                        "started with one CPU device per core)")
     p.add_argument("--refill", action="store_true",
-                   help="with --parallel-seeds K: train every seed of the list in one batch of K slots, a slot whose "
-                        "seed converged (or ran out of budget) taking the next seed, so that no slot waits for the "
-                        "slowest seed while seeds remain; any number of seeds >= K")
+                   help="with --parallel-seeds K, the jax stack only: train every seed of the list in one batch of K "
+                        "slots, a slot whose seed converged (or ran out of budget) taking the next seed, so that no "
+                        "slot waits for the slowest seed while seeds remain; any number of seeds >= K")
     p.add_argument("--cores-per-run", type=int, default=None, metavar="K",
                    help="with --ray: the CPU cores each run reserves for itself (pinned, disjoint; default 1)")
     p.set_defaults(func=cmd_train)

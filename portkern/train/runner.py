@@ -223,8 +223,9 @@ WHOLE_MACHINE = "the whole processor (every core of the machine), or one GPU, he
 #: ... and when K seeds train at once (--parallel-seeds K).
 WHOLE_MACHINE_BATCH = ("the whole processor (every core of the machine), or one GPU, held by one batch of K seeds "
                        "at a time, its wall time shared by the batch's converged policies")
-#: Stacks that train K seeds at once on one device (--parallel-seeds K): jax (vmap over seeds).
-PARALLEL_STACKS = ("jax",)
+#: Backends whose stacks train K seeds at once on one device (--parallel-seeds K): jax (vmap over seeds) and the
+#: resident torch stacks (a batched ensemble: stacked parameters, torch.func.vmap over seeds).
+PARALLEL_STACKS = ("jax", "torch", "torch_compile")
 
 
 def grid_identity(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: Sequence[int],
@@ -263,11 +264,19 @@ def check_parallel(stacks: Sequence[StackSpec], seeds: Sequence[int], k: int, re
         raise ValueError("--refill: only with --parallel-seeds K > 1 (it refills the K slots of a batch)")
     if k == 1:
         return
-    bad = [s.label for s in stacks if s.backend not in PARALLEL_STACKS]
+    bad = [s.label for s in stacks if s.backend not in PARALLEL_STACKS or s.mode != "resident"]
     if bad:
-        raise ValueError(f"--parallel-seeds {k}: only the {', '.join(PARALLEL_STACKS)} stack trains several seeds at "
-                         f"once on one device (vmap over seeds); not {', '.join(bad)}: run those without "
-                         "--parallel-seeds, in a grid of their own")  # fmt: skip
+        raise ValueError(f"--parallel-seeds {k}: only the jax stack and the torch stacks (torch, torch_compile) train "
+                         f"several seeds at once on one device (vmap over seeds); not {', '.join(bad)}: run those "
+                         "without --parallel-seeds, in a grid of their own")  # fmt: skip
+    eager = [s.label for s in stacks if s.backend != "jax" and not s.compiled_update]
+    if eager:
+        raise ValueError(f"--parallel-seeds {k}: the torch stacks' K seeds always compile their update (one vmapped "
+                         f"call per minibatch); not {', '.join(eager)}: drop +eager-update")  # fmt: skip
+    if refill and any(s.backend != "jax" for s in stacks):
+        no = ", ".join(s.label for s in stacks if s.backend != "jax")
+        raise ValueError(f"--refill: only the jax stack refills its slots; not {no} (its K seeds train together "
+                         "to the end of the batch): drop --refill or run that stack in a grid of its own")  # fmt: skip
     if refill:
         if len(seeds) < k:
             raise ValueError(f"--parallel-seeds {k} --refill: {len(seeds)} seed(s) for {k} slots; give at least {k} "
@@ -300,9 +309,10 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
     finished the JSON is built from the journal and written to ``out`` atomically, and the journal removed
     (kept when runs failed, so that a resume runs them again). ``resume`` skips the runs the journal holds (after checking it is this grid's: config, code, machine).
     ``grid`` runs the remaining runs elsewhere (a :class:`portkern.train.ray_grid.RayGrid`); default: here,
-    one after another. ``parallel_seeds`` K > 1 trains the seeds K at once on one device (jax only), in batches of
-    consecutive seeds, each batch one journal unit; with ``refill``, every seed of the list in one batch of K
-    slots (a finished seed's slot takes the next seed), one journal unit per task and stack."""
+    one after another. ``parallel_seeds`` K > 1 trains the seeds K at once on one device (the jax and torch
+    stacks), in batches of consecutive seeds, each batch one journal unit; with ``refill`` (jax only), every seed
+    of the list in one batch of K slots (a finished seed's slot takes the next seed), one journal unit per task and
+    stack."""
     from ..journal import Journal, journal_path, write_json_atomically
 
     out = Path(out)
@@ -392,14 +402,19 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
 
 def _run_batches(batches: Sequence[tuple[TaskConfig, StackSpec, tuple[int, ...]]], skipped: int, bar: _Progress,
                  journal: Any, k: int) -> None:
-    """K seeds at a time on one device (the jax stack's vmap), each batch journaled as one unit once all its
-    records are in: an interrupted batch leaves nothing, and a resume runs it again whole. A batch of more than
-    K seeds refills: its K slots take its seeds in turn."""
-    from . import jax_batch
+    """K seeds at a time on one device (the jax stack's vmap, the torch stacks' batched ensemble), each batch
+    journaled as one unit once all its records are in: an interrupted batch leaves nothing, and a resume runs it
+    again whole. A batch of more than K seeds refills (jax only): its K slots take its seeds in turn."""
+    from . import jax_batch, torch_batch
+
+    def prime_batch(task: TaskConfig, spec: StackSpec, n: int) -> float:
+        if spec.backend == "jax":
+            return jax_batch.prime_parallel(task, k, spec.device, n_seeds=n)
+        return torch_batch.prime_parallel(task, k, spec, n_seeds=n)
 
     pairs = {(t.env_id, s.label): (t, s, len(sds)) for t, s, sds in batches}
-    for task, spec, n in pairs.values():  # compile each K's chunk programs before the first timed batch
-        seconds = jax_batch.prime_parallel(task, k, spec.device, n_seeds=n)
+    for task, spec, n in pairs.values():  # compile each K's programs before the first timed batch
+        seconds = prime_batch(task, spec, n)
         journal.append(["prime", task.env_id, jax_batch.batch_label(spec.label, k)], {"seconds": round(seconds, 4)},
                        status="note")  # fmt: skip
     with bar:
@@ -408,8 +423,9 @@ def _run_batches(batches: Sequence[tuple[TaskConfig, StackSpec, tuple[int, ...]]
             bar.start_run(f"{task.env_id} {jax_batch.batch_label(spec.label, k)} seeds "
                           f"{','.join(map(str, seeds))}", i)  # fmt: skip
             start = time.time()
-            results, identity = jax_batch.train_batch(task, spec, list(seeds), on_update=bar.update,
-                                                    result_class=RunResult, slots=k)  # fmt: skip
+            module = jax_batch if spec.backend == "jax" else torch_batch
+            results, identity = module.train_batch(task, spec, list(seeds), on_update=bar.update,
+                                                   result_class=RunResult, slots=k)  # fmt: skip
             schedule = local_schedule(start, time.time(), identity["hardware_key"])
             runs = [{**r.as_dict(), "schedule": schedule} for r in results]
             journal.append(batch_key(task, spec, seeds), {"runs": runs, "device": identity})
