@@ -21,7 +21,7 @@ from portkern.train import config, jax_batch, runner, torch_batch  # noqa: E402
 from portkern.train.ppo import PHASES, Agent, _grad_fn, _minibatch_step  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
 
-SHIPPED = Path(__file__).resolve().parents[1] / "portkern" / "data" / "train_configs.json"
+from . import train_docs as td  # noqa: E402
 TASK = config.task("CartPole-v1")
 GRID = ["train", "--task", "CartPole-v1", "--stack", "torch", "--parallel-seeds", "2", "--no-progress"]
 
@@ -118,17 +118,8 @@ def test_k2_cli_run_writes_a_record_per_seed(tmp_path: Path) -> None:
 
 def test_converged_k2_batch_splits_its_wall_time(tmp_path: Path) -> None:
     """With a target a random policy meets, both seeds converge at update 1 and share the batch's wall time."""
-    cfg = json.loads(SHIPPED.read_text())
-    cfg["tasks"]["CartPole-v1"]["target"] = 10.0
-    path = tmp_path / "easy.json"
-    path.write_text(json.dumps(cfg))
-    doc = _run(tmp_path, "--seeds", "3,4", "--updates", "3", "--config", str(path))
-    for r in doc["runs"]:
-        assert r["converged"] and r["updates"] == 1 and r["steps_to_converge"] == 32 * 64
-        assert r["device_seconds_per_policy"] == pytest.approx(r["wall_s"] / 2, abs=1e-5)
-        assert r["device_hours"] == pytest.approx(r["device_seconds_per_policy"] / 3600)
-        assert len(r["curve"]) == 1 and r["curve"][0][3] >= 10.0
-        assert 0 < r["converged_at_s"] <= r["wall_s"]
+    doc = _run(tmp_path, "--seeds", "3,4", "--updates", "3", "--config", str(td.easy_config(tmp_path)))
+    td.check_batch_converged_at_update_1(doc, k=2)
 
 
 @pytest.mark.parametrize("stacks, refill, message", [

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 CPU, POCL, INTEL, GPU = "box/cpu", "box/cpu/portable-computing-language", "box/cpu/intel-opencl", "box/gpu0"
 DEVICES = {
     CPU: {"backend": "numpy", "device_key": CPU, "hardware_key": CPU, "device_label": "Test CPU", "kind": "cpu",
@@ -101,3 +103,26 @@ def doc(run_list: list[dict[str, Any]] | None = None) -> dict[str, Any]:
 def write(path: Path, data: dict[str, Any] | None = None) -> Path:
     path.write_text(json.dumps(doc() if data is None else data, indent=1))
     return path
+
+
+# ---- K seeds at once (--parallel-seeds): the check both batch stacks' tests make -------------------------
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "portkern" / "data" / "train_configs.json"
+
+
+def easy_config(tmp_path: Path, target: float = 10.0) -> Path:
+    """The shipped training config with CartPole-v1's target lowered to one a random policy meets."""
+    cfg = json.loads(SHIPPED_CONFIG.read_text())
+    cfg["tasks"]["CartPole-v1"]["target"] = target
+    path = tmp_path / "easy.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def check_batch_converged_at_update_1(doc: dict[str, Any], k: int, target: float = 10.0) -> None:
+    """Every seed of a K-seed batch on :func:`easy_config` converged at update 1 and shares the batch's wall."""
+    for r in doc["runs"]:
+        assert r["converged"] and r["updates"] == 1 and r["steps_to_converge"] == 32 * 64
+        assert r["device_seconds_per_policy"] == pytest.approx(r["wall_s"] / k, abs=1e-5)
+        assert r["device_hours"] == pytest.approx(r["device_seconds_per_policy"] / 3600)
+        assert len(r["curve"]) == 1 and r["curve"][0][3] >= target
+        assert 0 < r["converged_at_s"] <= r["wall_s"]

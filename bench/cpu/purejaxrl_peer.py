@@ -171,12 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(line + "\n")
             out.flush()
 
-    import torch
-
-    # As `portkern train` does: the pinned thread count before the prime (a compiled graph is per thread count:
-    # primed at another, the first run would compile again in its timed setup), then every stack once, untimed.
-    torch.set_num_threads(task.ppo.torch_threads)
-    for spec in specs:
+    for spec in specs:  # compile every stack once, untimed, at its runs' thread count, as `portkern train` does
         emit({"prime": spec.label, "config": args.config, "seconds": round(runner.prime(task, spec), 3)})
     for seed in seeds:  # interleaved: each seed on every implementation, so a shared machine's drift hits all
         emit({**run_purejaxrl(ppo, pjx, seed, task.ppo.solve_window, task.target), "config": args.config})

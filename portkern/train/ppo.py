@@ -171,16 +171,23 @@ def make_optimizer(agent: Agent, cfg: PPOConfig) -> torch.optim.Adam:
     return torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)
 
 
+def actor_critic(agent: Agent, params: dict[str, torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``agent``'s actor output and value on ``obs`` with ``params`` (``{name: tensor}``, the names of
+    ``agent.named_parameters()``) swapped into its modules by ``torch.func.functional_call``."""
+    from torch.func import functional_call
+
+    out = functional_call(agent.actor, {k[6:]: v for k, v in params.items() if k.startswith("actor.")}, (obs,))
+    value = functional_call(agent.critic, {k[7:]: v for k, v in params.items() if k.startswith("critic.")},
+                            (obs,)).squeeze(-1)  # fmt: skip
+    return out, value
+
+
 def functional_loss(agent: Agent, cfg: PPOConfig) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """The minibatch loss of :func:`ppo_update`'s eager path as a function of a ``{name: tensor}`` parameter dict
     (``torch.func.functional_call`` into ``agent``'s modules): ``loss(params, obs, actions, old_logp, old_v,
     mb_adv, mb_ret) -> (loss, stats)``, stats = ``[pg, v, entropy, approx_kl]`` detached."""
-    from torch.func import functional_call
-
     def loss(params, obs, actions, old_logp, old_v, mb_adv, mb_ret):
-        out = functional_call(agent.actor, {k[6:]: v for k, v in params.items() if k.startswith("actor.")}, (obs,))
-        value = functional_call(agent.critic, {k[7:]: v for k, v in params.items() if k.startswith("critic.")},
-                                (obs,)).squeeze(-1)  # fmt: skip
+        out, value = actor_critic(agent, params, obs)
         if agent.discrete:
             logp_all = torch.log_softmax(out, -1)
             newlogp = logp_all.gather(1, actions.long()[:, None]).squeeze(1)

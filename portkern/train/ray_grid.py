@@ -110,12 +110,9 @@ class _Worker:
         from .runner import _iso, prime, train_one
 
         pin_all_threads(self.cores)  # threads a library started since are pinned too
-        import torch
-
-        torch.set_num_threads(min(task.ppo.torch_threads, self.threads))
         primed = None
         if (task.env_id, spec.label) not in self.primed:  # compile caches are per process: prime untimed
-            primed = prime(task, spec)
+            primed = prime(task, spec, threads=self.threads)
             self.primed.add((task.env_id, spec.label))
         start = time.time()
         result, identity = train_one(task, spec, seed, threads=self.threads)

@@ -92,7 +92,7 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
         from .jax_ppo import train_one as train_one_jax
 
         return train_one_jax(task, spec, seed, on_update, threads, result_class=RunResult)
-    torch.set_num_threads(cfg.torch_threads if threads is None else max(1, min(cfg.torch_threads, threads)))
+    pin_threads(task, threads)
     torch.manual_seed(seed)
     stack: Stack = build(spec, task, seed)
     timer = PhaseTimer(stack.sync)
@@ -167,15 +167,24 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
     return result, identity
 
 
+def pin_threads(task: TaskConfig, threads: int | None = None) -> None:
+    """PyTorch's threads for a run or prime of ``task``: the pinned count, capped at the cores the run reserved
+    (``threads``, a Ray worker's). Compiled graphs are per thread count, so a prime must run at its runs' count."""
+    cfg = task.ppo
+    torch.set_num_threads(cfg.torch_threads if threads is None else max(1, min(cfg.torch_threads, threads)))
+
+
 def _compile_seconds(stack: Stack) -> float:
     """Seconds the stack's backend has spent compiling so far (torch.compile backends count them)."""
     return float(sum(getattr(stack.backend, "compile_seconds", {}).values())) if stack.backend is not None else 0.0
 
 
-def prime(task: TaskConfig, spec: StackSpec) -> float:
+def prime(task: TaskConfig, spec: StackSpec, threads: int | None = None) -> float:
     """Build, compile and warm up ``spec`` once, untimed by the runs: kernel programs and compiled graphs are
     cached per process, so without this the first seed of a stack would pay its one-off compile and the
-    others not. Returns the seconds it took (the report lists them as one-off costs)."""
+    others not. ``threads`` as :func:`train_one` takes it (the graphs are compiled at the runs' thread count).
+    Returns the seconds it took (the report lists them as one-off costs)."""
+    pin_threads(task, threads)
     t0 = time.perf_counter()
     stack = build(spec, task, 0)
     try:
@@ -364,7 +373,6 @@ def train_many(tasks: Sequence[TaskConfig], stacks: Sequence[StackSpec], seeds: 
             # Fail fast: every stack still to run builds and compiles before the first run starts.
             pairs = {(t.env_id, s.label): (t, s) for t, s, _ in todo}
             for task, spec in pairs.values():
-                torch.set_num_threads(task.ppo.torch_threads)
                 record_prime(task, spec, prime(task, spec))
             with bar:
                 bar.skip(len(plan) - len(todo))

@@ -39,8 +39,9 @@ import numpy as np
 import torch
 
 from .config import TaskConfig
+from .jax_batch import batch_label
 from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _adam_step, _grad_fn,
-                  _minibatch_grads, compile_template, record_update, window_mean)  # fmt: skip
+                  _minibatch_grads, actor_critic, compile_template, record_update, window_mean)  # fmt: skip
 
 #: What a batch record says about its phases and its convergence (the runner's JSON carries it per run).
 PARALLEL_NOTE = (
@@ -82,13 +83,6 @@ def _batch_result_class(base: type) -> type:
     return TorchBatchResult
 
 
-def batch_label(label: str, k: int) -> str:
-    """The stack label of a K-seed batch's records (``torch_compile+compiled-update/8``), as the jax batch's."""
-    from .jax_batch import batch_label as label_of
-
-    return label_of(label, k)
-
-
 # ---- the compiled pieces (one per shape, config and thread count in the process) -----------------------
 #: key -> the compiled (or eager, where it does not compile whole) collection step for K seeds.
 _COLLECT: dict = {}
@@ -100,12 +94,8 @@ _WARM: set = set()
 
 def _forward(template: Agent, names: tuple[str, ...], params: list[torch.Tensor],
              x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """One agent's actor output and value on ``x`` (``functional_call`` into the template's modules)."""
-    from torch.func import functional_call
-
-    p = dict(zip(names, params))
-    out = functional_call(template.actor, {n[6:]: v for n, v in p.items() if n.startswith("actor.")}, (x,))
-    return out, _value(template, names, params, x)
+    """One agent's actor output and value on ``x`` (:func:`ppo.actor_critic` with its stacked slice)."""
+    return actor_critic(template, dict(zip(names, params)), x)
 
 
 def _value(template: Agent, names: tuple[str, ...], params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
