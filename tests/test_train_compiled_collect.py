@@ -168,7 +168,7 @@ def test_a_step_that_breaks_the_graph_runs_nothing_and_says_so() -> None:
             x.zero_()
 
     x = torch.zeros(3)
-    g = _CollectGraph(broken)
+    g = _CollectGraph(broken, x.device)
     assert g(x) is False and g.whole is False and torch.equal(x, torch.zeros(3))  # nothing ran
     assert g(x) is False and torch.equal(x, torch.zeros(3))  # and never will: refused without tracing again
     # (A step that compiles whole: every CartPole test above.)
@@ -186,3 +186,25 @@ def test_acrobot_collects_eagerly_and_says_so() -> None:
         assert torch.equal(compiled[0][k], v), k
     for k, v in eager_bufs.items():
         assert torch.equal(bufs[k], v), k
+
+
+@pytest.mark.parametrize("n_actions, rows", [(2, 1), (2, 32), (3, 4), (5, 1000)])
+def test_unchecked_sampling_draws_what_categorical_draws(n_actions: int, rows: int) -> None:
+    """The compiled graphs' sampling (ppo.sample_categorical: multinomial's one-sample path without its checks)
+    draws the very actions Categorical.sample() draws from the same generator state, and leaves the generator
+    where it leaves it; a peaked row still samples its likely action (the race is not an argmax of the probs)."""
+    from torch.distributions import Categorical
+
+    from portkern.train.ppo import sample_categorical
+
+    logits = 3 * torch.randn(rows, n_actions, generator=torch.Generator().manual_seed(rows))
+    dist = Categorical(logits=logits, validate_args=False)
+    torch.manual_seed(11)
+    want = dist.sample()
+    after = torch.get_rng_state()
+    torch.manual_seed(11)
+    got = sample_categorical(dist.probs)
+    assert got.dtype == want.dtype and got.shape == want.shape == (rows,)
+    assert torch.equal(got, want) and torch.equal(torch.get_rng_state(), after)
+    draws = torch.stack([sample_categorical(torch.tensor([[0.1, 0.9]])) for _ in range(400)])
+    assert 0.8 < float(draws.float().mean()) < 0.97  # about 0.9 of the draws are action 1

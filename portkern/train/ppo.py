@@ -88,6 +88,9 @@ class Agent(nn.Module):
         self.critic = _mlp(obs_dim, hidden, 1, 1.0)
         self.actor = _mlp(obs_dim, hidden, n_actions if self.discrete else action_dim, 0.01)
         self.log_std = nn.Parameter(torch.zeros(1), requires_grad=not self.discrete)
+        #: Sample discrete actions as ``torch.multinomial``'s one-sample path does, without its checks
+        #: (:func:`sample_categorical`); set on the compiled graphs' template agents (:func:`compile_template`).
+        self.unchecked_sample = False
 
     def value(self, x: torch.Tensor) -> torch.Tensor:
         return self.critic(x).squeeze(-1)
@@ -108,7 +111,7 @@ class Agent(nn.Module):
         """``(action, log_prob, entropy, value)``; samples an action unless one is given."""
         dist = self.distribution(x)
         if action is None:
-            action = dist.sample()
+            action = sample_categorical(dist.probs) if self.discrete and self.unchecked_sample else dist.sample()
         return action, dist.log_prob(action), dist.entropy(), self.value(x)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,6 +129,16 @@ class Agent(nn.Module):
         return MLPPolicy(w[0], b[0], w[1], b[1], w[2], b[2], log_std)
 
 
+def sample_categorical(probs: torch.Tensor) -> torch.Tensor:
+    """One action per row of ``probs`` [B, n], the very draw ``Categorical(probs).sample()`` makes from the same
+    generator state: ``torch.multinomial``'s one-sample path is the exponential race ``argmax(p / q)``, ``q ~
+    Exp(1)`` drawn by ``exponential_`` into a tensor shaped like ``probs``. Without multinomial's argument checks
+    (a max, a min and a row sum, each read back to the host: on a GPU a synchronisation per step), which at 4-32
+    envs cost a compiled collection step as much as its forward; the probabilities come from a softmax here."""
+    q = torch.empty_like(probs).exponential_()
+    return (probs / q).argmax(-1)
+
+
 class SigmoidTanh(nn.Module):
     """``tanh(x)`` as ``2 sigmoid(2x) - 1``: the compiled graphs' tanh on a CPU. Inductor vectorises ``tanh`` with
     SLEEF's 1-ulp ``tanhf`` (5.6x ATen's MKL ``tanh`` on a [512, 64] activation, measured on the development VM's
@@ -139,7 +152,9 @@ class SigmoidTanh(nn.Module):
 
 def compile_template(agent: Agent, device: torch.device) -> Agent:
     """``agent`` as the template a compiled graph traces (``functional_call`` swaps every parameter in, so only
-    its structure matters): on a CPU its tanh activations become :class:`SigmoidTanh`; elsewhere unchanged."""
+    its structure matters): it samples through :func:`sample_categorical`, and on a CPU its tanh activations
+    become :class:`SigmoidTanh`."""
+    agent.unchecked_sample = True
     if torch.device(device).type == "cpu":
         for seq in (agent.actor, agent.critic):
             for i, m in enumerate(seq):

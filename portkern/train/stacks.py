@@ -411,8 +411,11 @@ class _CollectGraph:
     pieces pays every piece's guards and the host reads between them, no cheaper than the eager ops (measured on
     Acrobot-v1), and its later pieces depend on the data, so no warm-up could compile them all."""
 
-    def __init__(self, step: Callable[..., None]) -> None:
-        self.fn = torch.compile(step, dynamic=False, fullgraph=True, options={"fallback_random": True})
+    def __init__(self, step: Callable[..., None], device: torch.device) -> None:
+        options = {"fallback_random": True}
+        if device.type == "cpu":  # Inductor's C++ wrapper, as ppo.CompiledUpdate's: no Python between kernels
+            options["cpp_wrapper"] = True
+        self.fn = torch.compile(step, dynamic=False, fullgraph=True, options=options)
         self.whole: bool | None = None  # known after the first call
 
     def __call__(self, *args: torch.Tensor) -> bool:
@@ -474,7 +477,7 @@ class CompiledCollect:
             # A code object of its own per key (Dynamo's cache and recompile limit are per code object: one shared
             # by every env and shape would fall back to eager after eight), named for profiles.
             name = f"pk_collect_{spec.kernel_key}_{env.num_envs}x{T}_{len(_COLLECT_STEPS)}"
-            _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name))
+            _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name), b.device)
         self.graph: _CollectGraph = _COLLECT_STEPS[self.key]
 
     def collect(self, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor | None:

@@ -41,7 +41,8 @@ import torch
 from .config import TaskConfig
 from .jax_batch import batch_label
 from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _adam_step, _grad_fn,
-                  _minibatch_grads, actor_critic, compile_template, record_update, window_mean)  # fmt: skip
+                  _minibatch_grads, actor_critic, compile_template, record_update, sample_categorical,
+                  window_mean)  # fmt: skip
 
 #: What a batch record says about its phases and its convergence (the runner's JSON carries it per run).
 PARALLEL_NOTE = (
@@ -137,7 +138,8 @@ def _collect_step(template: Agent, names: tuple[str, ...], k: int, discrete: boo
     out, value = vmap(functools.partial(_forward, template, names))(params, obs.view(k, -1, obs.shape[-1]))
     log_std = params[names.index("log_std")]
     dist = _distribution(out, log_std, discrete, action_dim)
-    action = dist.sample()
+    # The draw Categorical.sample() makes, without torch.multinomial's checks (host reads): ppo.sample_categorical.
+    action = sample_categorical(dist.probs) if discrete else dist.sample()
     _put(s_actions, t, action)
     _put(s_logprobs, t, dist.log_prob(action))
     _put(s_values, t, value.reshape(-1))
@@ -230,7 +232,7 @@ class _Batch:
             if self.collect_key not in _COLLECT:
                 _COLLECT[self.collect_key] = _CollectGraph(_own_code(
                     _collect_step, self.template, self.names, k, self.discrete, self.action_dim, *env_static,
-                    name=f"pk_batch_collect_{env.spec.kernel_key}_{k}x{n}_{len(_COLLECT)}"))  # fmt: skip
+                    name=f"pk_batch_collect_{env.spec.kernel_key}_{k}x{n}_{len(_COLLECT)}"), device)  # fmt: skip
             self.collect_graph = _COLLECT[self.collect_key]
         self.update_key = ("update", *shape)
         if self.update_key not in _UPDATE:
