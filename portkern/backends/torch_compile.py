@@ -166,7 +166,11 @@ class TorchCompileBackend(TorchBackend):
         return fn(bufs.state, bufs.steps, bufs.episodes, bufs.needs_reset, bufs.obs, bufs.final_obs, bufs.reward,
                   bufs.terminated, bufs.truncated, p._values, flat, hidden, self._seed(seed), max_steps,
                   self._env_index(bufs.steps.shape[0]), out.obs, out.actions, out.rewards, out.terminated,
-                  out.truncated, t)  # fmt: skip
+                  out.truncated, self._step_index(t))  # fmt: skip
+
+    def _step_index(self, t: int) -> Any:
+        """Step ``t`` of a rollout as the one-element int64 tensor the compiled rollout step indexes with."""
+        return self._cache("step_index", t, lambda: torch.tensor([t], dtype=torch.int64, device=self.device))
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         self._check_mlp(policy_params, obs, hidden, out_dim)
@@ -253,6 +257,12 @@ def _autoreset_fn(spec: EnvSpec) -> Callable:
     return autoreset
 
 
+def _put(dst: Any, t: Any, row: Any) -> None:
+    """``dst[t] = row`` for the step index ``t`` as a one-element int64 tensor (data, not a traced int: Dynamo
+    specialises an int argument's values 0 and 1, so an int ``t`` compiled the rollout step twice over)."""
+    dst.index_copy_(0, t, row.unsqueeze(0).to(dst.dtype))
+
+
 def _rollout_fn(spec: EnvSpec, kind: int, next_step: bool) -> Callable:
     names = spec.field_names
 
@@ -260,13 +270,13 @@ def _rollout_fn(spec: EnvSpec, kind: int, next_step: bool) -> Callable:
                      params, flat, hidden, seed, max_steps, env_index, out_obs, out_actions, out_rewards,
                      out_terminated, out_truncated, t):  # fmt: skip
         actions = ops.sample_actions(kind, spec, obs, flat, hidden, seed, episodes, steps, env_index)
-        out_obs[t] = obs
-        out_actions[t] = actions
+        _put(out_obs, t, obs)
+        _put(out_actions, t, actions)
         finished = ops.env_step(spec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated,
                                 truncated, ParamView(names, params), max_steps, next_step)  # fmt: skip
-        out_rewards[t] = reward
-        out_terminated[t] = terminated
-        out_truncated[t] = truncated
+        _put(out_rewards, t, reward)
+        _put(out_terminated, t, terminated)
+        _put(out_truncated, t, truncated)
         return finished
 
     return rollout_step
