@@ -14,7 +14,7 @@ Types are written as the kernels spell them, language-neutrally:
   ``pk_<env>_params``; ``long`` / ``ulong`` 64-bit integers (OpenCL C's spelling; ``long long`` in
   CUDA C++); ``ACC`` normalize's partial moments (``REAL`` in OpenCL, ``double`` in CUDA).
 * A pointer is ``"T*"`` (``"const T*"`` when the kernel only reads it); anything else is a scalar
-  passed by value, sent as a sized NumPy scalar (``int`` -> int32, ``uint`` -> uint32, ``REAL`` ->
+  passed by value, sent as a sized NumPy scalar (``int`` -> int32, ``uint`` -> uint32, ``long`` -> int64, ``REAL`` ->
   the build's dtype), never a Python int whose width a driver would have to guess.
 """
 
@@ -80,6 +80,13 @@ ENTRIES: dict[str, tuple[Arg, ...]] = {
     ),
     "pk_gather": _args("const REAL* x, const long* indices, REAL* out, int row_len, int B"),
     "pk_gather_i32": _args("const REAL* x, const int* indices, REAL* out, int row_len, int B"),
+    # gather.cl's checked gathers (OpenCL only: the public gather's index check inside the copy)
+    "pk_gather_checked": _args(
+        "const REAL* x, const long* indices, REAL* out, int row_len, int B, long M, uint stamp, uint* bad"
+    ),
+    "pk_gather_checked_i32": _args(
+        "const REAL* x, const int* indices, REAL* out, int row_len, int B, long M, uint stamp, uint* bad"
+    ),
     "pk_normalize_partial": _args("const REAL* x, uint* pcount, ACC* pmean, ACC* pm2, int n"),
     "pk_normalize_finalize": _args(
         "const uint* pcount, const ACC* pmean, const ACC* pm2, REAL* stats, int groups"
@@ -97,6 +104,8 @@ ENTRIES: dict[str, tuple[Arg, ...]] = {
 
 #: OpenCL-only entry points with the argument list of another (the CPU layouts of gather.cl).
 SAME_AS: dict[str, str] = {"pk_gather_rows": "pk_gather", "pk_gather_rows_i32": "pk_gather_i32",
+                            "pk_gather_rows_checked": "pk_gather_checked",
+                            "pk_gather_rows_checked_i32": "pk_gather_checked_i32",
                             "pk_normalize_chunks": "pk_normalize_partial"}
 
 #: The env's own buffers (portkern.backends.base.EnvBuffers, whose fields carry these names): an env
@@ -104,7 +113,7 @@ SAME_AS: dict[str, str] = {"pk_gather_rows": "pk_gather", "pk_gather_rows_i32": 
 ENV_BUFFERS = ("state", "steps", "episodes", "needs_reset", "obs", "final_obs", "reward", "terminated", "truncated")
 
 #: Sized NumPy type of each scalar type (``REAL`` is the build's dtype, given to :func:`pack`).
-_SCALARS: dict[str, Any] = {"int": np.int32, "uint": np.uint32}
+_SCALARS: dict[str, Any] = {"int": np.int32, "uint": np.uint32, "long": np.int64}
 
 
 def env_entry(kernel_stem: str, what: str) -> str:

@@ -232,7 +232,7 @@ def gather(x: Any, indices: Any, *, backend: str | Backend | None = None, out: A
 
     An index outside ``[0, M)`` raises ``ValueError`` (naming the range found) and leaves ``x`` and
     ``indices`` as they were. Where the backend's gather checks the indices itself as it copies (torch on a
-    CPU), ``out`` (or, without one, the cached result of the last gather of this shape) may have been partly
+    CPU, OpenCL), ``out`` (or, without one, the cached result of the last gather of this shape) may have been partly
     written by then.
     """
     b = _resolve(backend, x)

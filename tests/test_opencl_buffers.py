@@ -139,6 +139,38 @@ def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
             np.testing.assert_array_equal(got, x[idx])
 
 
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=lambda x: f"rows{x[0]}xvw{x[1]}")
+@pytest.mark.parametrize("bad", [-1, 300, 2**40], ids=["negative", "past-the-end", "far-past"])
+def test_gather_refuses_a_bad_index_in_every_layout_without_a_range_pass(ocl, layout, bad, rng, monkeypatch):
+    """The checked kernels test each index as they read it (no range reduction before the launch: a call with
+    good indices never runs index_range), flag a bad one among good ones wherever it sits, with or without the
+    prefetch of rows ahead (a bad row ahead is clamped, never read), and the public call words the error with
+    the range found; the backend op itself raises IndexError."""
+    ocl.gather_rows_per_item, ocl.gather_vector_width = layout
+    _fitting(ocl, layout[1] if layout[0] else 1, ("float32",))  # skips a width this device cannot build
+    assert ocl.gather_checks_indices()
+    x = rng.standard_normal((300, 4)).astype(np.float32)
+    ranges = []
+    real_range = ocl.index_range
+    monkeypatch.setattr(ocl, "index_range", lambda i: ranges.append(1) or real_range(i))
+    for prefetch in (0, 2, 16):
+        ocl.gather_prefetch = prefetch
+        good = rng.permutation(300)[:77].astype(np.int64)
+        np.testing.assert_array_equal(ocl.to_host(buffer.gather(x, good, backend=ocl)), x[good])
+        assert not ranges  # good indices: no range pass
+        for where in (0, 40, 76):
+            idx = good.copy()
+            idx[where] = bad
+            want = f"got values in \\[{int(idx.min())}, {int(idx.max())}\\]"
+            with pytest.raises(ValueError, match=f"indices: expected values in \\[0, 299\\].*{want}"):
+                buffer.gather(x, idx, backend=ocl)
+            with pytest.raises(IndexError, match="indices: a value outside"):
+                ocl.gather(ocl.from_host(x), ocl.from_host(idx), ocl.empty((77, 4), np.float32))
+        assert len(ranges) == 3  # the range computed only to word each refusal
+        ranges.clear()
+        np.testing.assert_array_equal(ocl.to_host(buffer.gather(x, good, backend=ocl)), x[good])  # flag reset
+
+
 @pytest.mark.parametrize(
     "knob, value",
     [("scan_vector_width", 3), ("scan_vector_width", True), ("scan_vectors_per_item", 0),
@@ -300,6 +332,13 @@ def _drive() -> None:
                     got = dev(np.zeros((5, *row), dt))
                     be.gather(dev(rows), dev(idx), got)
                     assert np.array_equal(be.to_host(got), rows[idx]), (row, rpi, vw)
+                    # A bad index among good ones (and in the prefetch's reach): flagged, never read.
+                    for bad in (-1, 7, 2**40):
+                        try:
+                            be.gather(dev(rows), dev(np.array([6, 0, bad, 3, 5], dtype=np.int64)), got)
+                        except IndexError:
+                            continue
+                        raise AssertionError(f"index {bad} not refused {(row, rpi, vw, pf)}")
     be.synchronize()
     print("ran every layout")
 

@@ -92,3 +92,70 @@ PK_GATHER(pk_gather_i32, int)
 
 PK_GATHER_ROWS(pk_gather_rows, long)
 PK_GATHER_ROWS(pk_gather_rows_i32, int)
+
+/* The checked gathers (OpenCL only): the same shapes, each index checked against M, the rows of x, as it is
+ * read. A row whose index is outside [0, M) is not copied (nothing outside x is read) and writes this
+ * launch's stamp (never 0, a new one per launch) into *bad, which the host reads after the launch: one launch
+ * and a four-byte read, no reset, instead of a range reduction over the indices before the gather
+ * (validate.cl), what the public gather needs to refuse bad indices. Every writer writes the same stamp, so
+ * the race between them is harmless. */
+#define PK_IN_RANGE(i, M) ((i) >= 0 && (long)(i) < (M))
+
+#define PK_GATHER_CHECKED(name, IDX)                                                            \
+    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
+                       int row_len, int B, long M, uint stamp,       \
+                       __global uint *bad)                          \
+    {                                                                                           \
+        const size_t k = get_global_id(0);                                                      \
+        if (k >= (size_t)B * (size_t)row_len)                                                   \
+            return;                                                                             \
+        const size_t b = k / (size_t)row_len;                                                   \
+        const size_t j = k - b * (size_t)row_len;                                               \
+        const IDX i = indices[b];                                                               \
+        if (!PK_IN_RANGE(i, M)) {                                                               \
+            *bad = stamp;                                                                          \
+            return;                                                                             \
+        }                                                                                       \
+        out[k] = x[(size_t)i * (size_t)row_len + j];                                            \
+    }
+
+PK_GATHER_CHECKED(pk_gather_checked, long)
+PK_GATHER_CHECKED(pk_gather_checked_i32, int)
+
+#if PK_GPF > 0 /* the row ahead clamped into x: a prefetch of a bad index must not leave x either */
+#define PK_PREFETCH_ROW_CHECKED(b, b1, len, M)                                                  \
+    do {                                                                                        \
+        if ((b) + PK_GPF < (b1))                                                                \
+            prefetch(x + (size_t)clamp((long)indices[(b) + PK_GPF], 0L, (M) - 1) * (len), (len)); \
+    } while (0)
+#else
+#define PK_PREFETCH_ROW_CHECKED(b, b1, len, M) ((void)0)
+#endif
+
+#define PK_GATHER_ROWS_CHECKED(name, IDX)                                                       \
+    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
+                       int row_len, int B, long M, uint stamp,       \
+                       __global uint *bad)                          \
+    {                                                                                           \
+        const size_t b0 = get_global_id(0) * (size_t)PK_ROWS;                                   \
+        const size_t b1 = min(b0 + (size_t)PK_ROWS, (size_t)B);                                 \
+        const size_t len = PK_LEN(row_len), vec_end = len - len % PK_GVW;                       \
+        for (size_t b = b0; b < b1; ++b) {                                                      \
+            PK_PREFETCH_ROW_CHECKED(b, b1, len, M);                                             \
+            const IDX i = indices[b];                                                           \
+            if (!PK_IN_RANGE(i, M)) {                                                           \
+                *bad = stamp;                                                                      \
+                continue;                                                                       \
+            }                                                                                   \
+            __global const REAL *src = x + (size_t)i * len;                                     \
+            __global REAL *dst = out + b * len;                                                 \
+            size_t j = 0;                                                                       \
+            for (; j < vec_end; j += PK_GVW)                                                    \
+                PK_GCOPY(dst + j, src + j);                                                     \
+            for (; j < len; ++j)                                                                \
+                dst[j] = src[j];                                                                \
+        }                                                                                       \
+    }
+
+PK_GATHER_ROWS_CHECKED(pk_gather_rows_checked, long)
+PK_GATHER_ROWS_CHECKED(pk_gather_rows_checked_i32, int)

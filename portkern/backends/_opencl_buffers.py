@@ -123,12 +123,27 @@ class OpenCLBufferOps:
         finalize(self.queue, (wg,), (wg,), *_abi.pack("pk_normalize_finalize", values, _data, dt))
         self._launch(apply, -(-n // (vw * per_item)), *_abi.pack("pk_normalize_apply", values, _data, dt))
 
+    def gather_checks_indices(self) -> bool:
+        # gather.cl's checked kernels test each index as they read it and flag a bad one (nothing outside x is
+        # read): the range reduction before the launch (validate.cl, a second pass and a host read) is saved.
+        return True
+
     def gather(self, x, indices, out):
         b = indices.shape[0]
         self._sized(b)  # gathered rows
-        kernel = "pk_gather_i32" if indices.dtype == np.int32 else "pk_gather"
+        kernel = "pk_gather_checked_i32" if indices.dtype == np.int32 else "pk_gather_checked"
         row_len = math.prod(x.shape[1:])
-        values = {"x": x, "indices": indices, "out": out, "row_len": row_len, "B": b}
+        bad = self._scratch(("gather", "bad"), (1,), np.uint32)  # zeroed once: a stamp is never 0
+        # A new stamp per launch, so the flag needs no reset (one command and, on PoCL, a round trip less); it
+        # comes round again after 2**32 - 1 launches, when only a flag left by that very launch could match.
+        stamp = self._gather_stamp = getattr(self, "_gather_stamp", 0) % 0xFFFFFFFF + 1
+        values = {"x": x, "indices": indices, "out": out, "row_len": row_len, "B": b, "M": x.shape[0],
+                  "stamp": stamp, "bad": bad}  # fmt: skip
+        self._gather_launch(kernel, x, values, b, row_len)
+        if bad.get(queue=self.queue)[0] == stamp:
+            raise IndexError(f"indices: a value outside [0, {x.shape[0] - 1}] (rows of x)")
+
+    def _gather_launch(self, kernel: str, x: Any, values: dict, b: int, row_len: int) -> None:
         rows = self._buffer_knob("gather", "gather_rows_per_item")
         vw = self._buffer_knob("gather", "gather_vector_width")  # checked even where unused
         opts: tuple[str, ...] = (f"-DREAL={_BITS_TYPE[x.dtype.itemsize]}",)
@@ -141,7 +156,7 @@ class OpenCLBufferOps:
         opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}", f"-DPK_GPF={pf}")
         if row_len <= self._GATHER_CONST_ROW:  # short rows: the row length compiled in (gather.cl)
             opts = (*opts, f"-DPK_ROW_LEN={row_len}")
-        name = kernel.replace("pk_gather", "pk_gather_rows")
+        name = kernel.replace("pk_gather_checked", "pk_gather_rows_checked")
         k = self._kernel("gather.cl", name, opts)
         self._launch(k, -(-b // rows), *_abi.pack(name, values, _data))
 
