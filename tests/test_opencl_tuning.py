@@ -252,10 +252,10 @@ _SHOWN_BY = {
     "normalize": {"reduce_wg": ("pk_normalize_apply", "PK_WG"), "local_size": ("pk_normalize_apply", "local size"),
                   "reduce_chunk": ("pk_normalize_apply", "PK_CHUNK"),
                   "reduce_vector_width": ("pk_normalize_apply", "PK_VW")},
-    "gather": {"local_size": ("pk_gather_rows_i32", "local size"),
-               "gather_rows_per_item": ("pk_gather_rows_i32", "PK_ROWS"),
-               "gather_vector_width": ("pk_gather_rows_i32", "PK_GVW"),
-               "gather_prefetch": ("pk_gather_rows_i32", "PK_GPF")},
+    "gather": {"local_size": ("pk_gather_rows_checked_i32", "local size"),
+               "gather_rows_per_item": ("pk_gather_rows_checked_i32", "PK_ROWS"),
+               "gather_vector_width": ("pk_gather_rows_checked_i32", "PK_GVW"),
+               "gather_prefetch": ("pk_gather_rows_checked_i32", "PK_GPF")},
 }  # fmt: skip
 _STEPS = 4  # T of the rollout cases here
 #: A table row unlike the fallback, whose entries tell apart every entry a launch could read.
