@@ -80,7 +80,7 @@ ENTRIES: dict[str, tuple[Arg, ...]] = {
     ),
     "pk_gather": _args("const REAL* x, const long* indices, REAL* out, int row_len, int B"),
     "pk_gather_i32": _args("const REAL* x, const int* indices, REAL* out, int row_len, int B"),
-    # gather.cl's checked gathers (OpenCL only: the public gather's index check inside the copy)
+    # gather.cl's gathers (OpenCL only: the index check inside the copy; CUDA's twins are pk_gather[_i32])
     "pk_gather_checked": _args(
         "const REAL* x, const long* indices, REAL* out, int row_len, int B, long M, uint stamp, uint* bad"
     ),
@@ -103,8 +103,7 @@ ENTRIES: dict[str, tuple[Arg, ...]] = {
 }
 
 #: OpenCL-only entry points with the argument list of another (the CPU layouts of gather.cl).
-SAME_AS: dict[str, str] = {"pk_gather_rows": "pk_gather", "pk_gather_rows_i32": "pk_gather_i32",
-                            "pk_gather_rows_checked": "pk_gather_checked",
+SAME_AS: dict[str, str] = {"pk_gather_rows_checked": "pk_gather_checked",
                             "pk_gather_rows_checked_i32": "pk_gather_checked_i32",
                             "pk_normalize_chunks": "pk_normalize_partial"}
 

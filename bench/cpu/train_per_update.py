@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     from portkern.train import config, runner
     from portkern.train.stacks import parse_stack
 
-    overrides = ({"num_envs": 4, "num_steps": 128, "lr": 2.5e-4} if args.config == "default" else {})
+    from purejaxrl_peer import default_overrides, purejaxrl_config  # this folder: the same "default" config
+
+    overrides = {}
+    if args.config == "default":
+        overrides = default_overrides(purejaxrl_config("default", None))
+        del overrides["total_timesteps"]  # cut to --updates below
     batch = config.task("CartPole-v1", **overrides).ppo.batch_size
     task = config.task("CartPole-v1", **overrides, total_timesteps=args.updates * batch)
     spec = parse_stack(args.stack)

@@ -1,4 +1,10 @@
-/* Minibatch gather along the first axis: out[b, j] = x[indices[b], j] for rows of row_len elements. */
+/* Minibatch gather along the first axis: out[b, j] = x[indices[b], j] for rows of row_len elements,
+ * each index checked against M, the rows of x, as it is read (OpenCL's gather is the checked one; the CUDA
+ * twins, pk_gather[_i32], copy unchecked behind a range check of CuPy's). A row whose index is outside
+ * [0, M) is not copied (nothing outside x is read) and writes this launch's stamp (never 0, a new one per
+ * launch) into *bad, which the host reads after the launch: one launch and a four-byte read, no reset,
+ * instead of a range reduction over the indices before the gather (validate.cl). Every writer writes the
+ * same stamp, so the race between them is harmless. */
 
 /* The backend builds this file with REAL set to the unsigned integer type of the element's width,
  * so every dtype (float, int, bool) is copied bit for bit and float64 needs no cl_khr_fp64. */
@@ -8,21 +14,28 @@
 
 #include "pk_vload.h"
 
+#define PK_IN_RANGE(i, M) ((i) >= 0 && (long)(i) < (M))
+
 /* The element shape (the GPU's: one element per work-item), once per index type. */
 #define PK_GATHER(name, IDX)                                                                    \
     __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
-                       int row_len, int B)                                                      \
+                       int row_len, int B, long M, uint stamp, __global uint *bad)              \
     {                                                                                           \
         const size_t k = get_global_id(0);                                                      \
         if (k >= (size_t)B * (size_t)row_len)                                                   \
             return;                                                                             \
         const size_t b = k / (size_t)row_len;                                                   \
         const size_t j = k - b * (size_t)row_len;                                               \
-        out[k] = x[(size_t)indices[b] * (size_t)row_len + j];                                   \
+        const IDX i = indices[b];                                                               \
+        if (!PK_IN_RANGE(i, M)) {                                                               \
+            *bad = stamp;                                                                       \
+            return;                                                                             \
+        }                                                                                       \
+        out[k] = x[(size_t)i * (size_t)row_len + j];                                            \
     }
 
-PK_GATHER(pk_gather, long)
-PK_GATHER(pk_gather_i32, int)
+PK_GATHER(pk_gather_checked, long)
+PK_GATHER(pk_gather_checked_i32, int)
 
 /* The row shape (backend.gather_rows_per_item > 0): each work-item copies PK_ROWS whole rows,
  * PK_GVW elements per vector load. A CPU driver runs a group's work-items one after another, so
@@ -55,96 +68,34 @@ PK_GATHER(pk_gather_i32, int)
 
 /* PK_GPF (backend.gather_prefetch > 0): prefetch the row PK_GPF rows ahead with OpenCL's prefetch(),
  * so its cache miss overlaps the copies in between (the indices are random: a hardware prefetcher
- * cannot guess them). A driver may compile prefetch() to nothing; whether it pays is measured per
- * driver by tuning (on the dev VM's Xeon: Intel's CPU runtime 1.9x faster at 8.4M random rows of
- * 16 bytes, PoCL unchanged). */
+ * cannot guess them); the index ahead is clamped into x, so a bad one is never prefetched outside it.
+ * A driver may compile prefetch() to nothing; whether it pays is measured per driver by tuning (on
+ * the dev VM's Xeon: Intel's CPU runtime 1.9x faster at 8.4M random rows of 16 bytes, PoCL unchanged). */
 #ifndef PK_GPF
 #define PK_GPF 0
 #endif
 #if PK_GPF > 0
-#define PK_PREFETCH_ROW(b, b1, len)                                                             \
-    do {                                                                                        \
-        if ((b) + PK_GPF < (b1))                                                                \
-            prefetch(x + (size_t)indices[(b) + PK_GPF] * (len), (len));                         \
-    } while (0)
-#else
-#define PK_PREFETCH_ROW(b, b1, len) ((void)0)
-#endif
-
-#define PK_GATHER_ROWS(name, IDX)                                                               \
-    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
-                       int row_len, int B)                                                      \
-    {                                                                                           \
-        const size_t b0 = get_global_id(0) * (size_t)PK_ROWS;                                   \
-        const size_t b1 = min(b0 + (size_t)PK_ROWS, (size_t)B);                                 \
-        const size_t len = PK_LEN(row_len), vec_end = len - len % PK_GVW;                       \
-        for (size_t b = b0; b < b1; ++b) {                                                      \
-            PK_PREFETCH_ROW(b, b1, len);                                                        \
-            __global const REAL *src = x + (size_t)indices[b] * len;                            \
-            __global REAL *dst = out + b * len;                                                 \
-            size_t j = 0;                                                                       \
-            for (; j < vec_end; j += PK_GVW)                                                    \
-                PK_GCOPY(dst + j, src + j);                                                     \
-            for (; j < len; ++j)                                                                \
-                dst[j] = src[j];                                                                \
-        }                                                                                       \
-    }
-
-PK_GATHER_ROWS(pk_gather_rows, long)
-PK_GATHER_ROWS(pk_gather_rows_i32, int)
-
-/* The checked gathers (OpenCL only): the same shapes, each index checked against M, the rows of x, as it is
- * read. A row whose index is outside [0, M) is not copied (nothing outside x is read) and writes this
- * launch's stamp (never 0, a new one per launch) into *bad, which the host reads after the launch: one launch
- * and a four-byte read, no reset, instead of a range reduction over the indices before the gather
- * (validate.cl), what the public gather needs to refuse bad indices. Every writer writes the same stamp, so
- * the race between them is harmless. */
-#define PK_IN_RANGE(i, M) ((i) >= 0 && (long)(i) < (M))
-
-#define PK_GATHER_CHECKED(name, IDX)                                                            \
-    __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
-                       int row_len, int B, long M, uint stamp,       \
-                       __global uint *bad)                          \
-    {                                                                                           \
-        const size_t k = get_global_id(0);                                                      \
-        if (k >= (size_t)B * (size_t)row_len)                                                   \
-            return;                                                                             \
-        const size_t b = k / (size_t)row_len;                                                   \
-        const size_t j = k - b * (size_t)row_len;                                               \
-        const IDX i = indices[b];                                                               \
-        if (!PK_IN_RANGE(i, M)) {                                                               \
-            *bad = stamp;                                                                          \
-            return;                                                                             \
-        }                                                                                       \
-        out[k] = x[(size_t)i * (size_t)row_len + j];                                            \
-    }
-
-PK_GATHER_CHECKED(pk_gather_checked, long)
-PK_GATHER_CHECKED(pk_gather_checked_i32, int)
-
-#if PK_GPF > 0 /* the row ahead clamped into x: a prefetch of a bad index must not leave x either */
-#define PK_PREFETCH_ROW_CHECKED(b, b1, len, M)                                                  \
+#define PK_PREFETCH_ROW(b, b1, len, M)                                                          \
     do {                                                                                        \
         if ((b) + PK_GPF < (b1))                                                                \
             prefetch(x + (size_t)clamp((long)indices[(b) + PK_GPF], 0L, (M) - 1) * (len), (len)); \
     } while (0)
 #else
-#define PK_PREFETCH_ROW_CHECKED(b, b1, len, M) ((void)0)
+#define PK_PREFETCH_ROW(b, b1, len, M) ((void)0)
 #endif
 
-#define PK_GATHER_ROWS_CHECKED(name, IDX)                                                       \
+#define PK_GATHER_ROWS(name, IDX)                                                               \
     __kernel void name(__global const REAL *x, __global const IDX *indices, __global REAL *out, \
-                       int row_len, int B, long M, uint stamp,       \
-                       __global uint *bad)                          \
+                       int row_len, int B, long M, uint stamp, __global uint *bad)              \
     {                                                                                           \
         const size_t b0 = get_global_id(0) * (size_t)PK_ROWS;                                   \
         const size_t b1 = min(b0 + (size_t)PK_ROWS, (size_t)B);                                 \
         const size_t len = PK_LEN(row_len), vec_end = len - len % PK_GVW;                       \
         for (size_t b = b0; b < b1; ++b) {                                                      \
-            PK_PREFETCH_ROW_CHECKED(b, b1, len, M);                                             \
+            PK_PREFETCH_ROW(b, b1, len, M);                                                     \
             const IDX i = indices[b];                                                           \
             if (!PK_IN_RANGE(i, M)) {                                                           \
-                *bad = stamp;                                                                      \
+                *bad = stamp;                                                                   \
                 continue;                                                                       \
             }                                                                                   \
             __global const REAL *src = x + (size_t)i * len;                                     \
@@ -157,5 +108,5 @@ PK_GATHER_CHECKED(pk_gather_checked_i32, int)
         }                                                                                       \
     }
 
-PK_GATHER_ROWS_CHECKED(pk_gather_rows_checked, long)
-PK_GATHER_ROWS_CHECKED(pk_gather_rows_checked_i32, int)
+PK_GATHER_ROWS(pk_gather_rows_checked, long)
+PK_GATHER_ROWS(pk_gather_rows_checked_i32, int)

@@ -164,6 +164,13 @@ def env_step(spec: EnvSpec, state, steps, needs_reset, actions, obs, final_obs, 
     return finished
 
 
+def put_row(dst: torch.Tensor, t: torch.Tensor, row: torch.Tensor) -> None:
+    """``dst[t] = row`` for a step index ``t`` held as a one-element int64 tensor (data, so one compiled graph
+    serves every t): ``dst[t]`` with a tensor index would read it back to the host (a graph break), and an int
+    ``t`` is specialised by Dynamo at 0 and 1 (a graph each); ``index_copy_`` keeps the step in the graph."""
+    dst.index_copy_(0, t, row.unsqueeze(0).to(dst.dtype))
+
+
 def autoreset(spec: EnvSpec, state, steps, episodes, obs, final_obs, p, seed: Word, idx: torch.Tensor,
               next_step: bool) -> None:  # fmt: skip
     """Reset the envs ``idx`` (the finished ones, from ``nonzero``) in place: next episode's draw,

@@ -257,12 +257,6 @@ def _autoreset_fn(spec: EnvSpec) -> Callable:
     return autoreset
 
 
-def _put(dst: Any, t: Any, row: Any) -> None:
-    """``dst[t] = row`` for the step index ``t`` as a one-element int64 tensor (data, not a traced int: Dynamo
-    specialises an int argument's values 0 and 1, so an int ``t`` compiled the rollout step twice over)."""
-    dst.index_copy_(0, t, row.unsqueeze(0).to(dst.dtype))
-
-
 def _rollout_fn(spec: EnvSpec, kind: int, next_step: bool) -> Callable:
     names = spec.field_names
 
@@ -270,13 +264,13 @@ def _rollout_fn(spec: EnvSpec, kind: int, next_step: bool) -> Callable:
                      params, flat, hidden, seed, max_steps, env_index, out_obs, out_actions, out_rewards,
                      out_terminated, out_truncated, t):  # fmt: skip
         actions = ops.sample_actions(kind, spec, obs, flat, hidden, seed, episodes, steps, env_index)
-        _put(out_obs, t, obs)
-        _put(out_actions, t, actions)
+        ops.put_row(out_obs, t, obs)
+        ops.put_row(out_actions, t, actions)
         finished = ops.env_step(spec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated,
                                 truncated, ParamView(names, params), max_steps, next_step)  # fmt: skip
-        _put(out_rewards, t, reward)
-        _put(out_terminated, t, terminated)
-        _put(out_truncated, t, truncated)
+        ops.put_row(out_rewards, t, reward)
+        ops.put_row(out_terminated, t, terminated)
+        ops.put_row(out_truncated, t, truncated)
         return finished
 
     return rollout_step

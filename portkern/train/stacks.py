@@ -38,6 +38,7 @@ import torch
 
 from .. import buffer, envs, step
 from ..backends import Backend, get_backend
+from ..backends._torch_ops import put_row
 from ..backends.torch_compile import _renamed
 from ..identity import Target, device_info, machine_label
 from .config import TaskConfig
@@ -350,12 +351,6 @@ _COLLECT_STEPS: dict = {}
 _WARM_STEPS: set = set()
 
 
-def _put(dst: torch.Tensor, t: torch.Tensor, row: torch.Tensor) -> None:
-    """``dst[t] = row`` for a one-element index tensor ``t``: ``dst[t]`` with a tensor index would read it back to
-    the host (a graph break); ``index_copy_`` keeps the step in the graph, and one graph serves every t."""
-    dst.index_copy_(0, t, row.unsqueeze(0).to(dst.dtype))
-
-
 def _act(template: Agent, names: tuple[str, ...], discrete: bool, params: list[torch.Tensor], obs: torch.Tensor,
          s_obs: torch.Tensor, s_actions: torch.Tensor, s_logprobs: torch.Tensor, s_values: torch.Tensor,
          t: torch.Tensor) -> torch.Tensor:  # fmt: skip
@@ -364,11 +359,11 @@ def _act(template: Agent, names: tuple[str, ...], discrete: bool, params: list[t
     the action as the env takes it."""
     from torch.func import functional_call
 
-    _put(s_obs, t, obs)
+    put_row(s_obs, t, obs)
     action, logprob, _, value = functional_call(template, dict(zip(names, params)), (obs,))
-    _put(s_actions, t, action)
-    _put(s_logprobs, t, logprob)
-    _put(s_values, t, value)
+    put_row(s_actions, t, action)
+    put_row(s_logprobs, t, logprob)
+    put_row(s_values, t, value)
     return action.to(torch.int32) if discrete else action
 
 
@@ -401,7 +396,7 @@ def _step(spec: Any, next_step: bool, max_steps: int, actions: torch.Tensor, sta
         final_obs.copy_(o)
     for dst, src in ((s_rewards, reward), (s_terminated, terminated), (s_truncated, truncated),
                      (s_final_obs, final_obs)):  # fmt: skip
-        _put(dst, t, src)
+        put_row(dst, t, src)
 
 
 class _CollectGraph:

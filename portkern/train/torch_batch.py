@@ -38,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..backends._torch_ops import put_row
 from .config import TaskConfig
 from .jax_batch import batch_label
 from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _adam_step, _grad_fn,
@@ -131,18 +132,18 @@ def _collect_step(template: Agent, names: tuple[str, ...], k: int, discrete: boo
     :func:`stacks._step` (its autoreset keyed by each row's own seed and env index)."""
     from torch.func import vmap
 
-    from .stacks import _put, _step
+    from .stacks import _step
 
     t = env_args[-1]
-    _put(s_obs, t, obs)
+    put_row(s_obs, t, obs)
     out, value = vmap(functools.partial(_forward, template, names))(params, obs.view(k, -1, obs.shape[-1]))
     log_std = params[names.index("log_std")]
     dist = _distribution(out, log_std, discrete, action_dim)
     # The draw Categorical.sample() makes, without torch.multinomial's checks (host reads): ppo.sample_categorical.
     action = sample_categorical(dist.probs) if discrete else dist.sample()
-    _put(s_actions, t, action)
-    _put(s_logprobs, t, dist.log_prob(action))
-    _put(s_values, t, value.reshape(-1))
+    put_row(s_actions, t, action)
+    put_row(s_logprobs, t, dist.log_prob(action))
+    put_row(s_values, t, value.reshape(-1))
     _step(spec, next_step, max_steps, action.to(torch.int32) if discrete else action, *env_args)
 
 
