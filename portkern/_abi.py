@@ -92,6 +92,10 @@ ENTRIES: dict[str, tuple[Arg, ...]] = {
         "const uint* pcount, const ACC* pmean, const ACC* pm2, REAL* stats, int groups"
     ),
     "pk_normalize_apply": _args("const REAL* x, REAL* out, const REAL* stats, REAL eps, int n"),
+    # normalize.cl's chunk layout (OpenCL only): the apply pass combining the chunks' partials itself
+    "pk_normalize_apply_partials": _args(
+        "const REAL* x, REAL* out, const uint* pcount, const ACC* pmean, const ACC* pm2, REAL eps, int n, int groups"
+    ),
     "pk_mlp_forward": _args(
         "const float* policy, int hidden, int obs_dim, int out_dim, const REAL* obs, float* out, int n"
     ),

@@ -123,6 +123,36 @@ def test_normalize_chunk_layout_of_a_constant_is_zero_not_nan(ocl):
     np.testing.assert_array_equal(out, np.zeros(1000, np.float32))
 
 
+@pytest.mark.parametrize(
+    "chunk, size, combined_in_apply",
+    [(4096, 1_000_003, True), (4096, 4097, True), (7, 100_003, False), (64, 1000, False), (0, 100_003, False)],
+)
+def test_normalize_combines_the_partials_in_the_apply_pass_only_where_they_are_few(
+    ocl, monkeypatch, rng, chunk, size, combined_in_apply
+):
+    """The chunk layout's apply pass combines the partials itself (no finalize launch) where their reads, 2 x
+    groups^2, stay under a quarter of the elements (245 and 2 groups above); a finer chunk (14,287 and 16
+    groups) and the work-group tree keep the finalize group. Either way the reference's result, with a mean
+    far from 0 (1000 over a spread of 3), where a plain sum of the partial means would round the spread away."""
+    ocl.reduce_chunk, ocl.reduce_vector_width = chunk, 8 if chunk else 1
+    names: list[str] = []
+    fetch = ocl._kernel
+
+    def spy(filename, name, options):
+        names.append(name)
+        return fetch(filename, name, options)
+
+    monkeypatch.setattr(ocl, "_kernel", spy)
+    x = (rng.standard_normal(size) * 3 + 1000.0).astype(np.float32)
+    got = ocl.to_host(buffer.normalize(x, backend=ocl))
+    assert ("pk_normalize_apply_partials" in names) == combined_in_apply, names
+    assert ("pk_normalize_finalize" in names) != combined_in_apply, names
+    atol = TOL["float32"] + 2 * float(np.spacing(np.float32(1000.0))) / 3
+    np.testing.assert_allclose(got, npb.normalize(x, 1e-8), rtol=TOL["float32"], atol=atol)
+    const = ocl.to_host(buffer.normalize(np.full(size, 3.5, np.float32), backend=ocl))
+    np.testing.assert_array_equal(const, np.zeros(size, np.float32))  # zero spread: 0, never NaN
+
+
 @pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=lambda x: f"rows{x[0]}xvw{x[1]}")
 @pytest.mark.parametrize(
     "row", [(), (3,), (4,), (5,), (17,), (2, 3), (70,)], ids=lambda r: "x".join(map(str, r)) or "scalar"
@@ -318,7 +348,7 @@ def _drive() -> None:
                 be.discounted_returns(args[0], args[3], args[4], dev(boot), out, 0.99)
                 assert np.array_equal(be.to_host(out), npb.discounted_returns(r, te, tr, boot, 0.99))
         x = rng.standard_normal(300).astype(dt)
-        for chunk, vw in ((7, 4), (64, 16), (5, 1)):
+        for chunk, vw in ((7, 4), (64, 16), (5, 1), (150, 4)):  # 64 and 150: the apply pass combines the partials
             be.reduce_chunk, be.reduce_vector_width = chunk, vw
             y = dev(np.zeros(300, dt))
             be.normalize(dev(x), y, 1e-8)

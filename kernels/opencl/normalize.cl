@@ -202,3 +202,41 @@ PK_VKERNEL void pk_normalize_apply(__global const REAL *x, __global REAL *out,
     for (size_t k = base; k < (size_t)n; ++k)
         out[k] = (x[k] - mean) / den;
 }
+
+/* pk_normalize_apply over the chunk layout's partials, without pk_normalize_finalize's launch: every
+ * work-item combines the `groups` partials itself, in the same order (so every one gets the very same
+ * stats), where the host finds them few enough (2 groups^2 reads under a quarter of the n elements; a
+ * finer chunk keeps the finalize group). The parallel form of Chan et al.'s update, no division per
+ * partial: the mean as the first partial's plus the count-weighted mean of the others' differences
+ * from it (shifted, so a mean far from 0 does not round away the spread), then
+ * M2 = sum(M2_g + c_g (m_g - mean)^2). */
+PK_VKERNEL void pk_normalize_apply_partials(__global const REAL *x, __global REAL *out,
+                                            __global const uint *pcount, __global const REAL *pmean,
+                                            __global const REAL *pm2, REAL eps, int n, int groups)
+{
+    const size_t base = get_global_id(0) * (size_t)(PK_VW * PK_NV);
+    if (base >= (size_t)n)
+        return;
+    const REAL fn = (REAL)n;
+    const REAL shift = pmean[0];
+    REAL s = (REAL)(0.0);
+    for (int g = 1; g < groups; ++g)
+        s += (REAL)pcount[g] * (pmean[g] - shift);
+    const REAL mean = shift + s / fn;
+    REAL q = (REAL)(0.0);
+    for (int g = 0; g < groups; ++g) {
+        const REAL d = pmean[g] - mean;
+        q += pm2[g] + (REAL)pcount[g] * d * d;
+    }
+    const REAL den = sqrt(q / fn) + eps;
+    if (base + PK_VW * PK_NV <= (size_t)n) {
+        for (int j = 0; j < PK_NV; ++j) {
+            const size_t k = base + (size_t)(j * PK_VW);
+            const RV y = (PK_LDV(x + k) - mean) / den;
+            PK_STV(y, out + k);
+        }
+        return;
+    }
+    for (size_t k = base; k < (size_t)n; ++k)
+        out[k] = (x[k] - mean) / den;
+}
