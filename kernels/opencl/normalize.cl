@@ -182,15 +182,11 @@ PK_VKERNEL void pk_normalize_chunks(__global const REAL *x, __global uint *pcoun
     pm2[g] = max(sq - sd * (sd / fc), (REAL)(0.0));
 }
 
-/* (x - mean) / (std + eps) for PK_VW * PK_NV consecutive elements per work-item; every element
- * is computed as the scalar expression (same roundings in every layout). */
-PK_VKERNEL void pk_normalize_apply(__global const REAL *x, __global REAL *out,
-                                   __global const REAL *stats, REAL eps, int n)
+/* (x - mean) / den for the PK_VW * PK_NV consecutive elements from base (fewer at the end); every
+ * element is computed as the scalar expression (same roundings in every layout). */
+inline void pk_normalize_write(__global const REAL *x, __global REAL *out, REAL mean, REAL den,
+                               size_t base, int n)
 {
-    const size_t base = get_global_id(0) * (size_t)(PK_VW * PK_NV);
-    if (base >= (size_t)n)
-        return;
-    const REAL mean = stats[0], den = stats[1] + eps;
     if (base + PK_VW * PK_NV <= (size_t)n) {
         for (int j = 0; j < PK_NV; ++j) {
             const size_t k = base + (size_t)(j * PK_VW);
@@ -201,6 +197,18 @@ PK_VKERNEL void pk_normalize_apply(__global const REAL *x, __global REAL *out,
     }
     for (size_t k = base; k < (size_t)n; ++k)
         out[k] = (x[k] - mean) / den;
+}
+
+/* (x - mean) / (std + eps) for PK_VW * PK_NV consecutive elements per work-item; every element
+ * is computed as the scalar expression (same roundings in every layout). */
+PK_VKERNEL void pk_normalize_apply(__global const REAL *x, __global REAL *out,
+                                   __global const REAL *stats, REAL eps, int n)
+{
+    const size_t base = get_global_id(0) * (size_t)(PK_VW * PK_NV);
+    if (base >= (size_t)n)
+        return;
+    const REAL mean = stats[0], den = stats[1] + eps;
+    pk_normalize_write(x, out, mean, den, base, n);
 }
 
 /* pk_normalize_apply over the chunk layout's partials, without pk_normalize_finalize's launch: every
@@ -229,14 +237,5 @@ PK_VKERNEL void pk_normalize_apply_partials(__global const REAL *x, __global REA
         q += pm2[g] + (REAL)pcount[g] * d * d;
     }
     const REAL den = sqrt(q / fn) + eps;
-    if (base + PK_VW * PK_NV <= (size_t)n) {
-        for (int j = 0; j < PK_NV; ++j) {
-            const size_t k = base + (size_t)(j * PK_VW);
-            const RV y = (PK_LDV(x + k) - mean) / den;
-            PK_STV(y, out + k);
-        }
-        return;
-    }
-    for (size_t k = base; k < (size_t)n; ++k)
-        out[k] = (x[k] - mean) / den;
+    pk_normalize_write(x, out, mean, den, base, n);
 }

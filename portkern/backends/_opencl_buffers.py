@@ -112,24 +112,22 @@ class OpenCLBufferOps:
         values = {"x": x, "out": out, "pcount": pcount, "pmean": pmean, "pm2": pm2, "eps": eps, "n": n,
                   "groups": groups}  # fmt: skip
         items = -(-n // (vw * per_item))  # work-items of the apply pass
-        if chunk and 8 * groups * groups <= n:
-            # Two launches: every work-item of the apply pass combines the chunks' partials itself, saving the
-            # finalize launch: on PoCL a launch costs 0.1-0.2 ms, a fifth of the whole op at 128 x 4,096 (1.24
-            # -> 1.02 ms measured; Intel's runtime 1.01 -> 0.84 ms). The layout runs one apply work-item per
-            # chunk, so the partials read (2 groups^2) stay under a quarter of the elements; a finer chunk
-            # (a quadratic number of reads) keeps the finalize group.
-            chunks = self._kernel("normalize.cl", "pk_normalize_chunks", opts)
-            self._launch(chunks, groups, *_abi.pack("pk_normalize_chunks", values, _data, dt))
-            apply = self._kernel("normalize.cl", "pk_normalize_apply_partials", opts)
-            self._launch(apply, items, *_abi.pack("pk_normalize_apply_partials", values, _data, dt))
-            return
-        values["stats"] = self._scratch(("normalize", "stats"), (2,), dt)
         if chunk:
             chunks = self._kernel("normalize.cl", "pk_normalize_chunks", opts)
             self._launch(chunks, groups, *_abi.pack("pk_normalize_chunks", values, _data, dt))
         else:
             partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
             partial(self.queue, (groups * wg,), (wg,), *_abi.pack("pk_normalize_partial", values, _data, dt))
+        if chunk and 8 * groups * groups <= n:
+            # No finalize launch: every work-item of the apply pass combines the chunks' partials itself. On PoCL
+            # a launch costs 0.1-0.2 ms, a fifth of the whole op at 128 x 4,096 (1.24 -> 1.02 ms measured; Intel's
+            # runtime 1.01 -> 0.84 ms). The layout runs one apply work-item per chunk, so the partials read (2
+            # groups^2) stay under a quarter of the elements; a finer chunk (a quadratic number of reads) keeps
+            # the finalize group.
+            apply = self._kernel("normalize.cl", "pk_normalize_apply_partials", opts)
+            self._launch(apply, items, *_abi.pack("pk_normalize_apply_partials", values, _data, dt))
+            return
+        values["stats"] = self._scratch(("normalize", "stats"), (2,), dt)
         finalize = self._kernel("normalize.cl", "pk_normalize_finalize", opts)
         finalize(self.queue, (wg,), (wg,), *_abi.pack("pk_normalize_finalize", values, _data, dt))
         apply = self._kernel("normalize.cl", "pk_normalize_apply", opts)
