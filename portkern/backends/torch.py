@@ -11,12 +11,12 @@ as ``cuda``), so a PyTorch training loop on this backend moves no data between l
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .._validate import dtype_of
-from ..envs.base import EnvSpec, ParamView
+from ..envs.base import Block, EnvSpec, ParamView, install_block_runner
 from ._cuda_common import one_line
 from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register
@@ -42,6 +42,32 @@ _DTYPES: dict[np.dtype, Any] = {} if torch is None else {
     np.dtype(name): getattr(torch, name)
     for name in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint32", "bool")
 }  # fmt: skip
+
+
+def _run_block(block: Block, args: tuple) -> Any:
+    """A :func:`~portkern.envs.base.repeated_block` call: inside a torch.compile trace, the block's region
+    (traced and compiled once per graph, then called again), on its tuples stacked into one tensor each and the
+    params as their one array (a region takes no two inputs that alias, and the tuples' members and the
+    params' fields are views of one tensor); anywhere else, or on arguments of another shape, the function."""
+    *arrays, p = args
+    if not torch.compiler.is_compiling() or not isinstance(p, ParamView) or not isinstance(p._values, torch.Tensor):
+        return block.fn(*args)
+    for a in arrays:
+        if not isinstance(a, tuple) or not a or not all(isinstance(x, torch.Tensor) and x.shape == a[0].shape
+                                                        for x in a):  # fmt: skip
+            return block.fn(*args)
+    out = block.region(p._names, p.dtype, p._values, *(torch.stack(a) for a in arrays))
+    return tuple(out.unbind(0))
+
+
+def _make_region(fn: Callable) -> Callable:
+    """``fn`` as a nested compile region taking stacked tuples and the params' array (:func:`_run_block`)."""
+
+    def region(names: tuple, dtype: Any, values: Any, *stacked: Any) -> Any:
+        return torch.stack(fn(*(tuple(a.unbind(0)) for a in stacked), ParamView(names, values, dtype)))
+
+    region.__name__ = region.__qualname__ = "pk_block_" + fn.__name__.lstrip("_")
+    return torch.compiler.nested_compile_region(region)
 
 
 def _cpu_label() -> str:
@@ -104,6 +130,9 @@ class TorchBackend(Backend):
 
     def __init__(self, device: str | None = None) -> None:
         self.device, self.device_name = self._resolve(device)
+        # A repeated block of env physics traced by torch.compile (torch_compile's ops, the training stacks'
+        # compiled steps) compiles once per graph: Chain-v0's step 250 s -> 48 s without a cache, measured.
+        install_block_runner(_run_block, _make_region)
         kind = self.device.type
         self.supports_float64 = kind != "mps"
         if kind == "xpu":

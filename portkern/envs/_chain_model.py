@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .base import namespace
+from .base import namespace, repeated_block
 
 #: MuJoCo steps (RK4, ``dt`` each) per env step, the control held across them.
 FRAME_SKIP = 5
@@ -214,6 +214,7 @@ def _kinematics(q: tuple, v: tuple) -> tuple[list, list, list]:
     return ex, ez, w
 
 
+@repeated_block  # 20 calls a step: a tracing compiler compiles it once (repeated_block)
 def _qacc_aba(q: tuple, v: tuple, u: tuple, p: Any) -> tuple:
     """Forward dynamics by the articulated-body algorithm, on validated, clamped inputs.
 
