@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -95,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DEVICES] = {}
     config.stash[_GROUPS] = {}
     config.stash[_LEFT_OUT] = {}
-    config.stash[_LOAD] = {"start": _loadavg()}
+    config.stash[_LOAD] = {"start": _loadavg(), "cpu": suite.cpu_ticks(), "t0": time.perf_counter()}
     # The run's journal, when its driver registered one (portkern bench/tune): visits kept as they finish.
     config.stash[_JOURNAL] = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BenchJournal)),
                                   None)  # fmt: skip
@@ -634,7 +635,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "timing": {"method": "interleaved rounds, order shuffled per round, in visits spread over the run",
                    "rounds": rounds, "visits_max": _visits(config), "slot_s": slot_s,
                    "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},
-        "loadavg": {**config.stash[_LOAD], "end": _loadavg()},  # a shared machine: how busy it was
+        # A shared machine: how busy it was, how much CPU the hypervisor took, how long the suite ran.
+        "loadavg": {"start": config.stash[_LOAD]["start"], "end": _loadavg()},
+        "cpu_steal": suite.cpu_steal(config.stash[_LOAD]["cpu"], suite.cpu_ticks()),
+        "wall_s": round(time.perf_counter() - config.stash[_LOAD]["t0"], 1),
         "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run
         **({} if config.stash.get(_JOURNAL, None) is None else
            {"resumed": config.stash[_JOURNAL].resumed()}),  # visits/cases replayed from an interrupted run's journal

@@ -170,7 +170,8 @@ def load_run(path: str | Path) -> Run:
                            "no timing for any of them (an emptied or cut-short file?); nothing to report")  # fmt: skip
     meta = {p: {"sizes": pk.get("sizes"), "tune": pk.get("tune"), "schema": pk.get("schema"), "code": pk.get("code"),
                 "code_end": pk.get("code_end"),
-                "timing": pk.get("timing"), "loadavg": pk.get("loadavg"), "datetime": data.get("datetime"),
+                "timing": pk.get("timing"), "loadavg": pk.get("loadavg"), "cpu_steal": pk.get("cpu_steal"),
+                "wall_s": pk.get("wall_s"), "datetime": data.get("datetime"),
                 "left_out": pk.get("left_out")}}  # a quick run's cases left out as repeats of others
     return Run(p, machine, devices, available, unavailable, records, meta)
 

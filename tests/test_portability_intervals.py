@@ -329,6 +329,16 @@ def test_report_compare_writes_the_comparison(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "same.json").read_text())["contradictions"] == 0
 
 
+def test_a_comparison_names_each_runs_wall_time_and_cpu_steal(tmp_path: Path) -> None:
+    data = json.loads(XEON.read_text())
+    data["portkern"].update(wall_s=321.4, cpu_steal=0.0312)
+    run = tmp_path / "with-machine-state.json"
+    run.write_text(json.dumps(data))
+    text = report.compare_markdown(report.compare(report.build(load_run(XEON)), report.build(load_run(run))))
+    assert "suite 321 s, CPU steal 3.1 %" in text
+    assert text.count("CPU steal") == 1  # the synthetic run recorded neither: nothing is made up for it
+
+
 def test_cost_prints_the_range_from_a_report(tmp_path: Path) -> None:
     report.write([str(XEON)], tmp_path)
     done = _portkern("cost", "--report", str(tmp_path), "--backend", "numpy", "--device", "intel", "--gpu-hours", "100",
@@ -372,6 +382,19 @@ def test_backends_of_one_case_are_timed_in_the_same_rounds(tmp_path: Path) -> No
     stats = {b["extra_info"]["case_id"]: b["stats"] for b in data["benchmarks"]}
     assert all(stats[c["case_id"]]["rounds"] == 4 for c in cases)  # pytest-benchmark's own record has the rounds
     assert data["portkern"]["timing"]["rounds"] == 4 and data["portkern"]["schema"] == "portkern-bench/2"
+    # How the shared machine was: the suite's wall time, and the hypervisor's share of the CPU (Linux).
+    assert 0 < data["portkern"]["wall_s"] < 900
+    steal = data["portkern"]["cpu_steal"]
+    assert steal is None if suite.cpu_ticks() is None else 0.0 <= steal <= 1.0
+
+
+def test_cpu_steal_is_the_steal_share_of_the_ticks_between_two_readings() -> None:
+    start = [100, 0, 50, 800, 10, 0, 5, 35]  # user nice system idle iowait irq softirq steal
+    end = [160, 0, 70, 880, 10, 0, 5, 75]  # +60 user, +20 system, +80 idle, +40 steal: 200 ticks
+    assert suite.cpu_steal(start, end) == pytest.approx(0.2)
+    assert suite.cpu_steal(start, start) is None and suite.cpu_steal(None, end) is None
+    ticks = suite.cpu_ticks()
+    assert ticks is None or (len(ticks) == 8 and all(t >= 0 for t in ticks))
 
 
 def _tuned(device: str, config: dict, round_s: tuple[float, ...]) -> Record:

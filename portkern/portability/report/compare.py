@@ -64,6 +64,16 @@ def compare(rep_a: dict[str, Any], rep_b: dict[str, Any]) -> dict[str, Any]:
             "summary_a": rep_a.get("summary", []), "summary_b": rep_b.get("summary", [])}  # fmt: skip
 
 
+def _machine_state(m: dict[str, Any]) -> str:
+    """The suite's wall time and the CPU share the hypervisor took during it, where the run recorded them."""
+    parts = []
+    if m.get("wall_s") is not None:
+        parts.append(f"suite {m['wall_s']:.0f} s")
+    if m.get("cpu_steal") is not None:
+        parts.append(f"CPU steal {100 * m['cpu_steal']:.1f} %")
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def compare_markdown(cmp: dict[str, Any]) -> str:
     def fig(x: dict[str, Any]) -> str:
         return f"{_fmt(x['ratio'])} [{_span(x.get('interval'))}] {x['verdict']}"
@@ -75,7 +85,7 @@ def compare_markdown(cmp: dict[str, Any]) -> str:
         t = m.get("timing") or {}
         out.append(f"* {path}: {m.get('sizes')} sizes, {t.get('rounds', '?')} rounds per group in up to "
                    f"{t.get('visits_max', 1)} visits, written {m.get('datetime', '?')}, load average "
-                   f"{json.dumps(m.get('loadavg') or {})}")  # fmt: skip
+                   f"{json.dumps(m.get('loadavg') or {})}{_machine_state(m)}")  # fmt: skip
     codes = [m.get("code") for m in cmp["runs"].values()]
     if len(codes) == 2 and all(codes):
         changed = sorted(k for k in set(codes[0]) | set(codes[1]) if codes[0].get(k) != codes[1].get(k))

@@ -26,7 +26,7 @@ from .knobs import (
 )  # fmt: skip
 from .prepared import ATOL, PARITY_STEPS, RATE_BASIS, RTOL, SEED, Parity, Prepared, rates
 from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN, _compare_paths
-from .runinfo import code_fingerprint, run_info
+from .runinfo import code_fingerprint, cpu_steal, cpu_ticks, run_info
 from .timing import (
     CHUNKS, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, QUICK_VISITS,
     ROUNDS, SLOT_S, VISITS, _plan, calibrate, interleave, make_slot, round_summary,
@@ -40,7 +40,7 @@ __all__ = [
     "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "RolloutKernel", "SCHEMA", "SEED",
     "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "Target", "VISITS", "_compare_paths", "_plan",
     "all_configs", "applied", "calibrate", "canonical_vendor", "case_stack_class", "code_fingerprint",
-    "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "current_config",
+    "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "cpu_steal", "cpu_ticks", "current_config",
     "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label", "make_slot",
     "open_backend", "prepare", "prepare_copy", "quick_left_out", "rates", "resolved_config", "rollout_kernel",
     "round_summary", "run_info", "size_family", "slug", "targets", "tune_sizes",

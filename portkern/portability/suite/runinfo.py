@@ -54,3 +54,26 @@ def run_info() -> dict[str, Any]:
     if not _CODE_AT_START:
         _CODE_AT_START.update(code_fingerprint())
     return {"schema": SCHEMA, "portkern": __version__, "code": dict(_CODE_AT_START)}
+
+
+def cpu_ticks() -> list[int] | None:
+    """The machine's CPU time so far, /proc/stat's first line (user nice system idle iowait irq softirq steal
+    ..., in ticks); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return [int(x) for x in fields[1:9]] if fields[:1] == ["cpu"] and len(fields) >= 9 else None
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_steal(start: list[int] | None, end: list[int] | None) -> float | None:
+    """The share of the machine's CPU time between two :func:`cpu_ticks` readings that the hypervisor gave
+    to other guests (steal): on a shared VM, what slows a run's cases, and not necessarily alike (a threaded
+    runtime's parallel region waits for its stolen core); None without both readings."""
+    if not start or not end:
+        return None
+    d = [b - a for a, b in zip(start, end)]
+    total = sum(d)
+    return round(d[7] / total, 4) if total > 0 else None
+
