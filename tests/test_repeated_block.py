@@ -1,4 +1,4 @@
-"""Repeated blocks of env physics (``portkern.envs.base.repeated_block``): the reference's own code everywhere,
+"""Repeated blocks of env physics (``portkern.envs._blocks.repeated_block``): the reference's own code everywhere,
 and under torch.compile one compiled region that the step calls again instead of 20 inlined copies (Chain-v0's
 articulated-body pass), with results equal to the uncompiled calls."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from portkern import envs
-from portkern.envs import _chain_model, base
+from portkern.envs import _blocks, _chain_model
 from portkern.envs.base import ParamView
 
 
@@ -24,7 +24,7 @@ def _chain_inputs(n: int, seed: int = 3) -> tuple:
 
 
 def test_a_block_without_a_runner_is_the_function_itself(monkeypatch):
-    monkeypatch.setattr(base, "_BLOCK_RUNNER", None)
+    monkeypatch.setattr(_blocks, "_BLOCK_RUNNER", None)
     spec, q, v, u = _chain_inputs(64)
     p = spec.param_vector(spec.defaults, np.float32)
     got = _chain_model._qacc_aba(q, v, u, p)
@@ -35,12 +35,12 @@ def test_a_block_without_a_runner_is_the_function_itself(monkeypatch):
 
 
 def test_an_installed_runner_gets_every_block_with_its_region(monkeypatch):
-    monkeypatch.setattr(base, "_BLOCKS", [])  # this test's blocks only: the env modules' keep their regions
-    monkeypatch.setattr(base, "_BLOCK_RUNNER", None)
-    monkeypatch.setattr(base, "_REGION_MAKER", None)
+    monkeypatch.setattr(_blocks, "_BLOCKS", [])  # this test's blocks only: the env modules' keep their regions
+    monkeypatch.setattr(_blocks, "_BLOCK_RUNNER", None)
+    monkeypatch.setattr(_blocks, "_REGION_MAKER", None)
     calls = []
 
-    @base.repeated_block
+    @_blocks.repeated_block
     def before(x, p):
         return tuple(a + 1 for a in x)
 
@@ -48,9 +48,9 @@ def test_an_installed_runner_gets_every_block_with_its_region(monkeypatch):
         calls.append((block.fn.__name__, block.region))
         return block.fn(*args)
 
-    base.install_block_runner(runner, lambda fn: f"region of {fn.__name__}")
+    _blocks.install_block_runner(runner, lambda fn: f"region of {fn.__name__}")
 
-    @base.repeated_block
+    @_blocks.repeated_block
     def after(x, p):
         return tuple(a * 2 for a in x)
 
@@ -116,10 +116,10 @@ def test_a_block_on_arguments_it_cannot_stack_runs_inline(monkeypatch):
     from portkern.backends import get_backend
 
     get_backend("torch")
-    monkeypatch.setattr(base, "_BLOCKS", list(base._BLOCKS))
+    monkeypatch.setattr(_blocks, "_BLOCKS", list(_blocks._BLOCKS))
     calls = []
 
-    @base.repeated_block
+    @_blocks.repeated_block
     def block(x, p):
         calls.append(len(x))
         return tuple(a * 2 for a in x)

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._validate import dtype_of
-from ..envs.base import Block, EnvSpec, ParamView, install_block_runner
+from ..envs._blocks import Block, install_block_runner
+from ..envs.base import EnvSpec, ParamView
 from ._cuda_common import one_line
 from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
 from .registry import register

@@ -54,7 +54,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .base import namespace, repeated_block
+from ._blocks import repeated_block
+from .base import namespace
 
 #: MuJoCo steps (RK4, ``dt`` each) per env step, the control held across them.
 FRAME_SKIP = 5
