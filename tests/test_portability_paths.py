@@ -152,6 +152,37 @@ def test_rounding_drift_is_allowed_only_after_the_first_steps_and_only_small(ste
     assert parity.status == status, parity
 
 
+def _chaotic(steps: int = 12, n: int = 1000, env: int = 3, growth: float = 10.0, start: float = 1e-7):
+    """An env whose error grows by ``growth`` per step from ``start`` (amplified rounding), the rest equal."""
+    want = _buffer(steps=steps, n=n)
+    want["obs"][:, env, 0] = np.float32(0.5)
+    got = {k: v.copy() for k, v in want.items()}
+    got["obs"][:, env, 0] = (0.5 + start * growth ** np.arange(steps)).astype(np.float32)
+    return got, want
+
+
+def test_amplified_rounding_ends_that_envs_comparison_where_it_leaves_the_drift_bound() -> None:
+    got, want = _chaotic()  # 1e-7 * 10^t: 1e-4 at step 3, 1e-3 at 4, 1e-2 at 5 (> the bound) and on
+    got["rewards"][6:, 3] = 0.0  # a diverged trajectory may differ in anything from there
+    parity = suite._compare_paths(got, want, discrete=False, exact=False, drift=True)
+    assert parity.status == "pass", parity
+    assert "1 of 1000 envs diverge by amplified rounding from step 5" in parity.reason
+
+
+def test_divergence_is_not_cut_without_drift_or_before_the_parity_steps() -> None:
+    got, want = _chaotic()
+    assert suite._compare_paths(got, want, discrete=False, exact=False, drift=False).status == "fail"
+    got, want = _chaotic(growth=1e3, start=1e-5)  # out of the bound at step 1: inside the strict first steps
+    assert suite._compare_paths(got, want, discrete=False, exact=False, drift=True).status == "fail"
+
+
+def test_an_error_that_jumps_out_of_the_drift_bound_fails() -> None:
+    got, want = _chaotic()
+    got["obs"][:, 3, 0] = np.float32(0.5) + np.float32([0, 0, 0, 1e-6, 1e-6, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05])
+    parity = suite._compare_paths(got, want, discrete=False, exact=False, drift=True)
+    assert parity.status == "fail" and "after step" in parity.reason, parity
+
+
 # ---- the report's Data paths section -------------------------------------------------------------
 def test_fused_and_device_factors_against_host_hand_computed(rep: dict, run: Run) -> None:
     row = _row(rep, "opencl", "CartPole-v1")
