@@ -377,3 +377,21 @@ def test_cpu_gather_checks_indices_in_its_one_pass(name, monkeypatch):
             buffer.gather(x, torch.tensor(bad), backend=b)
     assert len(calls) == 2
     assert x.tolist() == torch.arange(20, dtype=torch.float32).reshape(10, 2).tolist()  # x untouched
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_acrobot_wrap_is_gymnasiums_loop_bit_for_bit_however_far_out(compiled: bool) -> None:
+    # One test instead of one per loop iteration, and the loops themselves for what WRAP_UNROLL does not reach.
+    from portkern.envs.acrobot import _wrap as reference
+
+    g = np.random.default_rng(3)
+    near = np.pi * np.array([1.0, -1.0, 1.0 + 1e-7, -1.0 - 1e-7, 3.0, -3.0, 2.999, 0.0], np.float32)
+    cases = {"in range": g.uniform(-3.0, 3.0, 64), "one span out": g.uniform(-9.0, 9.0, 64),
+             "many spans out": g.uniform(-100.0, 100.0, 64)}  # fmt: skip
+    lo, hi, span = np.float32(-np.pi), np.float32(np.pi), np.float32(2 * np.pi)
+    wrap = torch.compile(ops._wrap, dynamic=True) if compiled else ops._wrap
+    for name, x in cases.items():
+        x = np.concatenate([x.astype(np.float32), near])
+        want = reference(x, lo, hi, span)
+        got = wrap(torch.from_numpy(x), float(lo), float(hi), float(span)).numpy()
+        assert np.array_equal(got, want), name

@@ -118,13 +118,34 @@ def _any(flags: torch.Tensor) -> bool:
     return _HOST_ANY(flags) if torch.compiler.is_compiling() else bool(flags.any())
 
 
-def _wrap(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
+#: Loop iterations :func:`_wrap` runs unconditionally before its one data-dependent test: an Acrobot step moves
+#: an angle by at most 0.2 s x 9 pi rad/s < one span, so a state from a step needs one at most.
+WRAP_UNROLL = 2
+
+
+def _wrap_loop(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
     """Acrobot's ``_wrap`` (Gymnasium's loop, one span at a time), its loop test through :func:`_any`."""
     while _any(x > hi):
         x = torch.where(x > hi, x - span, x)
     while _any(x < lo):
         x = torch.where(x < lo, x + span, x)
     return x
+
+
+def _wrap(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
+    """:func:`_wrap_loop` with one test instead of one per iteration and loop (each is a graph break under
+    torch.compile, and a host sync in eager torch): each loop's first WRAP_UNROLL iterations run unconditionally
+    (``where`` leaves an element in range as it is, so an iteration past the loop's end changes nothing), then
+    one test sends a state still out of range through the loops themselves. Bit for bit the reference."""
+    up = x
+    for _ in range(WRAP_UNROLL):
+        up = torch.where(up > hi, up - span, up)
+    down = up
+    for _ in range(WRAP_UNROLL):
+        down = torch.where(down < lo, down + span, down)
+    if _any((up > hi) | (down < lo)):
+        return _wrap_loop(x, lo, hi, span)
+    return down
 
 
 #: Per env kernel, the reference helpers that torch runs in another form (envs.base.step_with).

@@ -26,7 +26,7 @@ import types
 from typing import Any, Callable
 
 from .._validate import dtype_of
-from ..envs.base import EnvSpec, ParamView
+from ..envs.base import EnvSpec, ParamView, step_with
 from .base import Probe
 from .registry import register
 from .torch import TorchBackend, _cpu_label, ops, torch
@@ -62,6 +62,13 @@ def _cpp_compiler() -> str | None:
         return get_cpp_compiler()
     except Exception:
         return shutil.which("g++") or shutil.which("clang++")
+
+
+def _traceable_step(spec: EnvSpec) -> None:
+    """Make the env's traceable step (envs.base.step_with) before a trace reaches it: building the function
+    copy inside one is a graph break (Dynamo cannot trace ``FunctionType(...)``) that splits the compiled
+    step in two for good; a cache hit there traces as a constant."""
+    step_with(spec, ops._TRACEABLE, ops._STEPS)
 
 
 @register
@@ -140,6 +147,7 @@ class TorchCompileBackend(TorchBackend):
         return self._cache("seed", seed, lambda: torch.tensor(seed, dtype=torch.int64, device=self.device))
 
     def _physics(self, spec, bufs, actions, p, max_steps, next_step):
+        _traceable_step(spec)
         mode = "next_step" if next_step else "same_step"
         fn = self._compiled(f"pk_{spec.kernel_key}_step_{mode}", _step_fn(spec, next_step))
         return fn(bufs.state, bufs.steps, bufs.needs_reset, actions, bufs.obs, bufs.final_obs, bufs.reward,
@@ -160,6 +168,7 @@ class TorchCompileBackend(TorchBackend):
            next_step)  # fmt: skip
 
     def _rollout_physics(self, spec, bufs, kind, flat, hidden, out, t, p, seed, max_steps, next_step):
+        _traceable_step(spec)
         mode = "next_step" if next_step else "same_step"
         policy = "mlp" if kind == 1 else "random"
         fn = self._compiled(f"pk_{spec.kernel_key}_rollout_{mode}_{policy}", _rollout_fn(spec, kind, next_step))
