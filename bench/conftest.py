@@ -29,6 +29,7 @@ from typing import Any, Callable
 import pytest
 
 from portkern.backends import BackendUnavailable, backends
+from portkern.backends.jax import use_compilation_cache
 from portkern.portability import names as kernel_names
 from portkern.portability import suite
 from portkern.portability.bench_journal import BenchJournal
@@ -101,6 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_JOURNAL] = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BenchJournal)),
                                   None)  # fmt: skip
     suite.run_info()  # fingerprints the code now, at the start of the run
+    # XLA's compiled programs kept on disk like Inductor's (its default): a warm run compiles neither again.
+    config.stash[_LOAD]["jax_cache"] = use_compilation_cache() is not None
     config.addinivalue_line("markers", "pk_kernels(*names): the kernels a benchmark function measures, one "
                                        "case each (the function reads case.kernel)")  # fmt: skip
 
@@ -639,6 +642,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "loadavg": {"start": config.stash[_LOAD]["start"], "end": _loadavg()},
         "cpu_steal": suite.cpu_steal(config.stash[_LOAD]["cpu"], suite.cpu_ticks()),
         "wall_s": round(time.perf_counter() - config.stash[_LOAD]["t0"], 1),
+        "jax_compilation_cache": config.stash[_LOAD]["jax_cache"],  # on disk, as Inductor's always is
         "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run
         **({} if config.stash.get(_JOURNAL, None) is None else
            {"resumed": config.stash[_JOURNAL].resumed()}),  # visits/cases replayed from an interrupted run's journal

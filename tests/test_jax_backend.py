@@ -158,3 +158,34 @@ def test_the_suites_copy_case_runs_on_immutable_arrays() -> None:
     case = prepare_copy(get_backend("jax"), 1 << 16)
     case.run()
     assert case.check().status == "pass"
+
+
+_CACHE_SCRIPT = """
+import os, sys, jax, jax.numpy as jnp
+from portkern.backends.jax import use_compilation_cache
+if sys.argv[1] == "user":
+    jax.config.update("jax_compilation_cache_dir", os.path.join(os.environ["XDG_CACHE_HOME"], "mine"))
+print(use_compilation_cache())
+jax.jit(lambda x: jnp.sin(x) * 3 + 1)(jnp.arange(7.0)).block_until_ready()
+"""
+
+
+@pytest.mark.parametrize("who", ["portkern", "user"])
+def test_compilation_cache_goes_under_portkerns_cache_unless_the_user_chose_one(tmp_path, who):
+    # Process-wide JAX config: in a process of its own. A second process compiles from the files the first wrote.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    want = tmp_path / ("mine" if who == "user" else "portkern/jax")
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, who], env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-1] == str(want)
+    if who == "portkern":  # every program cached, however short its compile
+        assert any(want.iterdir()), "no compiled program was written"
+    else:  # the user's cache and its settings as they were (JAX writes only compiles over 1 s there)
+        assert not (tmp_path / "portkern" / "jax").exists()

@@ -384,6 +384,7 @@ def test_backends_of_one_case_are_timed_in_the_same_rounds(tmp_path: Path) -> No
     assert data["portkern"]["timing"]["rounds"] == 4 and data["portkern"]["schema"] == "portkern-bench/2"
     # How the shared machine was: the suite's wall time, and the hypervisor's share of the CPU (Linux).
     assert 0 < data["portkern"]["wall_s"] < 900
+    assert data["portkern"]["jax_compilation_cache"] is (probe("jax").available)
     steal = data["portkern"]["cpu_steal"]
     assert steal is None if suite.cpu_ticks() is None else 0.0 <= steal <= 1.0
 
