@@ -459,15 +459,20 @@ def _visit(config: pytest.Config, group: Group) -> None:
     timed = [(nodeid, case) for nodeid, case in group.members if group.outcomes[nodeid].timeable and not disabled]
     shared: dict[tuple[Any, ...], suite.Prepared] = {}
     slots, reps, live = [], [], []
+    estimate = 0.0 if _quick(config) else None  # a quick run: the round's time from calibration, no untimed round
     for nodeid, case in timed:
         out = group.outcomes[nodeid]
         b = suite.open_backend(case.target)
         try:
-            if out.prep is None:  # released after the previous visit: the same inputs, made again
+            checked = out.prep is not None  # its parity check just ran it: built, compiled and warm
+            if not checked:  # released after the previous visit: the same inputs, made again
                 with suite.applied(b, case.config):
                     out.prep = _prepared(b, case, shared)
             slot = suite.make_slot(b, out.prep, case.config)
-            r = suite.calibrate(slot, slot_s)  # warm-up launches build and cache programs
+            # Warm-up launches build and cache programs (a quick run's checked cases are warm already).
+            r, launch_s = suite.calibrate_launch(slot, slot_s, warm=checked and estimate is not None)
+            if estimate is not None:
+                estimate += r * launch_s
         except Exception as exc:  # noqa: BLE001 - passed parity, then broke: a failure of this case, not of the group
             out.rec.update(status="fail", reason=f"{type(exc).__name__} while timing: {exc}".splitlines()[0])
             out.timeable = False
@@ -477,7 +482,8 @@ def _visit(config: pytest.Config, group: Group) -> None:
         live.append(out)
     share = -(-rounds // n)  # this visit's rounds
     min_rounds = -(-suite.MIN_ROUNDS // n)
-    for out, r, secs in zip(live, reps, suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v)):
+    for out, r, secs in zip(live, reps, suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v,
+                                                         estimate_s=estimate or None)):  # fmt: skip
         out.round_s += secs
         out.round_reps += [r] * len(secs)
     for out in group.outcomes.values():

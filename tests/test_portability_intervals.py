@@ -75,6 +75,25 @@ def test_calibrate_makes_a_slot_last_at_least_the_slot_time() -> None:
     assert suite.calibrate(lambda reps: 1e-4 * reps, 2e-3) == 20
 
 
+def test_a_checked_case_skips_the_warm_launch_and_a_quick_group_the_untimed_round() -> None:
+    calls: list[int] = []
+
+    def slow(reps: int) -> float:  # a slow rollout case: 0.5 s a launch
+        calls.append(reps)
+        return 0.5 * reps
+
+    assert suite.calibrate_launch(slow, 0.01) == (1, 0.5) and calls == [1, 1]  # warm-up, then the timed launch
+    calls.clear()
+    assert suite.calibrate_launch(slow, 0.01, warm=True) == (1, 0.5) and calls == [1]  # its check warmed it
+    calls.clear()
+    fast = [1e-3, 1e-4]  # a fast case launched warm: the slower of two launches is dropped
+    assert suite.calibrate_launch(lambda reps: fast.pop(0) * reps, 2e-3, warm=True) == (20, 1e-4)
+    # The round estimate from calibration replaces the untimed round: 3 rounds, 3 launches.
+    assert len(suite.interleave([slow], [1], rounds=3, estimate_s=0.5)[0]) == 3 and calls == [1, 1, 1]
+    calls.clear()
+    assert len(suite.interleave([slow], [1], rounds=3)[0]) == 3 and calls == [1, 1, 1, 1]
+
+
 def test_pairing_cancels_drift_that_hits_every_case_of_a_round_alike() -> None:
     # A shared machine whose load changes from round to round slows both slots of a round alike.
     calls: list[int] = []

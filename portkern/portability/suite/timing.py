@@ -51,13 +51,23 @@ def make_slot(b: Backend, prep: Prepared, config: dict[str, Any] | None) -> Call
 
 def calibrate(slot: Callable[[int], float], slot_s: float) -> int:
     """Launches per slot so that one slot lasts at least ``slot_s`` (one warm launch first, untimed)."""
-    slot(1)
+    return calibrate_launch(slot, slot_s)[0]
+
+
+def calibrate_launch(slot: Callable[[int], float], slot_s: float, warm: bool = False) -> tuple[int, float]:
+    """:func:`calibrate`'s launches per slot, and the seconds of the one launch it timed. ``warm``: the case
+    has just run (its parity check did, in this process), so the untimed warm launch is left out: a quick
+    run's slow rollout cases take up to a second a launch."""
+    if not warm:
+        slot(1)
     t = max(slot(1), 1e-9)
-    return int(min(MAX_REPS, max(1, math.ceil(slot_s / t))))
+    if warm and t < slot_s:  # a fast case: a second launch costs nothing and guards against a cold first one
+        t = max(min(t, slot(1)), 1e-9)
+    return int(min(MAX_REPS, max(1, math.ceil(slot_s / t)))), t
 
 
 def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int, budget_s: float = math.inf,
-               min_rounds: int = MIN_ROUNDS, seed: int = 0) -> list[list[float]]:  # fmt: skip
+               min_rounds: int = MIN_ROUNDS, seed: int = 0, estimate_s: float | None = None) -> list[list[float]]:  # fmt: skip
     """Time the cases of one group in interleaved rounds; per case, the seconds per launch of each round.
 
     Every round runs ``reps[j]`` launches of every case j, split into up to CHUNKS runs of
@@ -66,14 +76,16 @@ def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int
     round hits every case of the group alike, and round r of one case pairs with round r of every
     other. One untimed round first; then as many rounds as ``budget_s`` allows (estimated from
     that round, and stopping at a round boundary once past the budget), between ``min_rounds`` and
-    ``rounds``. The garbage collector is paused while timing.
+    ``rounds``. ``estimate_s``, a round's seconds as calibration measured them (a quick run), replaces the
+    untimed round, whose launches a slow group pays on top of its few timed ones. The garbage collector is
+    paused while timing.
     """
     if len(slots) != len(reps):
         raise ValueError(f"interleave: {len(slots)} slots but {len(reps)} rep counts")
     if not slots:
         return []
     rng = np.random.default_rng(seed)
-    warm = sum(s(r) for s, r in zip(slots, reps))
+    warm = estimate_s if estimate_s is not None else sum(s(r) for s, r in zip(slots, reps))
     n = rounds if warm <= 0 or math.isinf(budget_s) else int(min(rounds, max(min_rounds, budget_s // warm)))
     out: list[list[float]] = [[] for _ in slots]
     gc_was_on = gc.isenabled()
