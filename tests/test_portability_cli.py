@@ -14,6 +14,7 @@ import pytest
 from portkern import cli
 from portkern.backends import backends, probe
 from portkern.portability import commands, report
+from portkern.portability import suite
 from portkern.portability.suite import ROLLOUT_KERNELS
 
 from .test_env_sources import PENDING_KERNELS
@@ -65,12 +66,13 @@ def test_bench_writes_results_and_report(tmp_path: Path, backend: str, device: s
     # every timed case carries its interleaved rounds
     timed = [c for c in cases if c["kernel"] != "copy" and not c["simulator"] and c["status"] != "unsupported"]
     assert timed and all(c["rounds"] == len(c["round_s"]) >= 2 and c["round_group"] for c in timed)
-    # the three data paths of every env ran (T = 32 with --quick), with their rate and device-hours
+    # the three data paths of every env ran (T = QUICK_ROLLOUT_T with --quick), with their rate and device-hours
     assert {c["kernel"] for c in cases if c["kernel"].startswith("rollout:")} == set(ROLLOUT_KERNELS)
     extra = next(b["extra_info"] for b in json.loads((tmp_path / "results.json").read_text())["benchmarks"]
                  if b["extra_info"]["kernel"] == "rollout:Acrobot-v1:fused")  # fmt: skip
-    assert (extra["path"], extra["policy"], extra["T"], extra["N"], extra["steps_per_launch"]) == ("fused", "random", 32,
-                                                                                                   256, 32)
+    t = suite.QUICK_ROLLOUT_T
+    assert (extra["path"], extra["policy"], extra["T"], extra["N"], extra["steps_per_launch"]) == ("fused", "random", t,
+                                                                                                   256, t)
     assert extra["device_hours_per_1e9_steps"] == pytest.approx(1e9 / extra["env_steps_per_s"] / 3600)
     assert len(rep["data_paths"]["rows"]) == len(ROLLOUT_KERNELS) // 3 and (tmp_path / "data-paths.png").exists()
 

@@ -18,7 +18,10 @@ MLP_ENVS = ("CartPole-v1",)
 #: Rollout cases ``rollout:<env>:<path>[:mlp]``: T steps of N envs with a policy choosing actions.
 ROLLOUT_KERNELS: tuple[str, ...] = tuple(k for k in ALL_ROLLOUT_KERNELS
                                          if not k.endswith(":mlp") or k.split(":")[1] in MLP_ENVS)  # fmt: skip
-ROLLOUT_T, QUICK_ROLLOUT_T, SIM_ROLLOUT_T = 128, 32, 8  # steps per rollout: full, quick, simulator devices
+#: Steps per rollout: full, quick, simulator devices. A quick run's rollout groups were its largest timed
+#: share at T = 32 (Chain-v0's: 4 s a round, NumPy and eager torch's host loops up to 1.1 s a launch); at
+#: T = 16 the host path's per-step rate is the same and the fused path still amortises its launch.
+ROLLOUT_T, QUICK_ROLLOUT_T, SIM_ROLLOUT_T = 128, 16, 8
 
 #: Sizes (items) per kernel family and mode; "full" is replaced by a ladder scaled to the device.
 #: Rollout sizes are env counts N (a case runs N x T env steps). Quick rollouts run at the smaller step
