@@ -189,3 +189,19 @@ def test_compilation_cache_goes_under_portkerns_cache_unless_the_user_chose_one(
         assert any(want.iterdir()), "no compiled program was written"
     else:  # the user's cache and its settings as they were (JAX writes only compiles over 1 s there)
         assert not (tmp_path / "portkern" / "jax").exists()
+
+
+def test_compilation_cache_is_left_off_where_its_folder_cannot_be_made(tmp_path):
+    # A home that cannot hold the folder (here: XDG_CACHE_HOME is a file): no cache, and JAX compiles as before.
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    env = {**os.environ, "XDG_CACHE_HOME": str(blocker)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, "portkern"], env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "None"

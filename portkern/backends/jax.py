@@ -120,7 +120,8 @@ def use_compilation_cache(path: str | os.PathLike[str] | None = None) -> str | N
     Inductor keeps torch.compile's by default; the benchmark turns it on so that both compilers' warm runs
     compile from a cache. ``path`` defaults to ``$XDG_CACHE_HOME/portkern/jax`` (``~/.cache``). A cache the
     user configured (``JAX_COMPILATION_CACHE_DIR`` or ``jax_compilation_cache_dir``) is kept as it is; without
-    jax nothing happens. Process-wide; returns the directory in use (None: no cache, no jax). Every program is
+    jax, or where the directory cannot be made, nothing happens. Process-wide; returns the directory in use (None:
+    no cache). Every program is
     cached, not only those over JAX's default 1 s of compile: most of an env's take less.
 
     Measured on the 2-core Xeon VM (jax 0.10.2): Chain-v0's step and fused rollout and CartPole's at N = 1,024,
@@ -134,7 +135,10 @@ def use_compilation_cache(path: str | os.PathLike[str] | None = None) -> str | N
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         path = os.path.join(base, "portkern", "jax")
     path = os.fspath(path)
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:  # a read-only or full home: the run goes on without a cache, compiling as before
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
