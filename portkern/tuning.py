@@ -48,6 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ._paths import cache_root
 from .runs import load_run
 
 #: A knob attribute holding this value runs the tuned default of the kernel being launched.
@@ -198,8 +199,7 @@ def cache_path() -> Path:
     given = os.environ.get("PORTKERN_TUNE_CACHE")
     if given:
         return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "portkern" / "tuned-defaults.json"
+    return cache_root() / "tuned-defaults.json"
 
 
 _DELETE_IT = "delete it (the next portkern tune writes a new one)"

@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from .._paths import cache_root
+
 SYSTEM_VENDORS = Path("/etc/OpenCL/vendors")
 
 #: What register() did, for ``portkern devices --verbose`` and error messages.
@@ -50,8 +52,7 @@ def pip_drivers() -> list[tuple[str, Path]]:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "portkern" / "opencl-vendors"
+    return cache_root() / "opencl-vendors"
 
 
 def register() -> Path | None:

@@ -153,6 +153,13 @@ _TRACEABLE = {"acrobot": {"_wrap": _wrap}}
 _STEPS: dict[str, Any] = {}
 
 
+def step_fn(spec: EnvSpec) -> Any:
+    """``spec.step`` as torch runs it: the reference function, with the helpers in :data:`_TRACEABLE`. Made on
+    the first call, so a compiled caller calls this outside its trace first (Dynamo cannot trace the function
+    copy it makes: a graph break that would split the compiled step for good)."""
+    return step_with(spec, _TRACEABLE, _STEPS)
+
+
 def env_step(spec: EnvSpec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated, truncated,
              p, max_steps: int, next_step: bool) -> torch.Tensor:  # fmt: skip
     """One step of every env, writing the env buffers in place (``NumpyBackend.env_step`` before its
@@ -162,7 +169,7 @@ def env_step(spec: EnvSpec, state, steps, needs_reset, actions, obs, final_obs, 
     overwrites the finished envs' state, steps and obs with their reset, so the reset draws run
     for those envs only, not for all N.
     """
-    new_state, rew, term = step_with(spec, _TRACEABLE, _STEPS)(tuple(state.unbind(0)), actions, p)
+    new_state, rew, term = step_fn(spec)(tuple(state.unbind(0)), actions, p)
     new_steps = steps + 1
     trunc = new_steps >= max_steps
     if next_step:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .._kernels import kernel_dir, source_hash
+from .._paths import cache_root
 from ._cuda_kernels import CudaKernels
 from .base import BackendUnavailable, Probe
 from .registry import register
@@ -85,9 +86,7 @@ def _extra_flags() -> tuple[str, ...]:
 
 def _cache_dir() -> Path:
     """Where built libraries are kept: never the checkout, so builds survive sessions but not commits."""
-    root = os.environ.get("PORTKERN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or "~/.cache", "portkern"
-    )
+    root = os.environ.get("PORTKERN_CACHE_DIR") or cache_root()
     path = Path(root).expanduser() / "cuda_host"
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .._paths import cache_root
 from .._validate import dtype_of
 from ..envs.base import EnvSpec
 from ._cuda_common import one_line
@@ -131,10 +132,7 @@ def use_compilation_cache(path: str | os.PathLike[str] | None = None) -> str | N
     current = getattr(jax.config, "jax_compilation_cache_dir", None)
     if current:
         return str(current)
-    if path is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        path = os.path.join(base, "portkern", "jax")
-    path = os.fspath(path)
+    path = os.fspath(cache_root() / "jax" if path is None else path)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:  # a read-only or full home: the run goes on without a cache, compiling as before

@@ -26,7 +26,7 @@ import types
 from typing import Any, Callable
 
 from .._validate import dtype_of
-from ..envs.base import EnvSpec, ParamView, step_with
+from ..envs.base import EnvSpec, ParamView
 from .base import Probe
 from .registry import register
 from .torch import TorchBackend, _cpu_label, ops, torch
@@ -62,13 +62,6 @@ def _cpp_compiler() -> str | None:
         return get_cpp_compiler()
     except Exception:
         return shutil.which("g++") or shutil.which("clang++")
-
-
-def _traceable_step(spec: EnvSpec) -> None:
-    """Make the env's traceable step (envs.base.step_with) before a trace reaches it: building the function
-    copy inside one is a graph break (Dynamo cannot trace ``FunctionType(...)``) that splits the compiled
-    step in two for good; a cache hit there traces as a constant."""
-    step_with(spec, ops._TRACEABLE, ops._STEPS)
 
 
 @register
@@ -147,7 +140,6 @@ class TorchCompileBackend(TorchBackend):
         return self._cache("seed", seed, lambda: torch.tensor(seed, dtype=torch.int64, device=self.device))
 
     def _physics(self, spec, bufs, actions, p, max_steps, next_step):
-        _traceable_step(spec)
         mode = "next_step" if next_step else "same_step"
         fn = self._compiled(f"pk_{spec.kernel_key}_step_{mode}", _step_fn(spec, next_step))
         return fn(bufs.state, bufs.steps, bufs.needs_reset, actions, bufs.obs, bufs.final_obs, bufs.reward,
@@ -168,7 +160,6 @@ class TorchCompileBackend(TorchBackend):
            next_step)  # fmt: skip
 
     def _rollout_physics(self, spec, bufs, kind, flat, hidden, out, t, p, seed, max_steps, next_step):
-        _traceable_step(spec)
         mode = "next_step" if next_step else "same_step"
         policy = "mlp" if kind == 1 else "random"
         fn = self._compiled(f"pk_{spec.kernel_key}_rollout_{mode}_{policy}", _rollout_fn(spec, kind, next_step))
@@ -249,6 +240,7 @@ class TorchCompileBackend(TorchBackend):
 # is new data, not a recompile.
 def _step_fn(spec: EnvSpec, next_step: bool) -> Callable:
     names = spec.field_names
+    ops.step_fn(spec)  # made here, outside the trace, where the traced env_step finds it (see there)
 
     def step(state, steps, needs_reset, actions, obs, final_obs, reward, terminated, truncated, params, max_steps):
         return ops.env_step(spec, state, steps, needs_reset, actions, obs, final_obs, reward, terminated,
@@ -268,6 +260,7 @@ def _autoreset_fn(spec: EnvSpec) -> Callable:
 
 def _rollout_fn(spec: EnvSpec, kind: int, next_step: bool) -> Callable:
     names = spec.field_names
+    ops.step_fn(spec)  # made here, outside the trace (see _step_fn)
 
     def rollout_step(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated,
                      params, flat, hidden, seed, max_steps, env_index, out_obs, out_actions, out_rewards,

@@ -157,7 +157,7 @@ def _chaotic_divergence(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
     over[:PARITY_STEPS] = False
     cross = np.where(over.any(axis=0), over.argmax(axis=0), steps)
     env = np.nonzero(cross < steps)[0]
-    grown = ratio[np.maximum(cross[env] - 1, 0), env] >= CHAOS_PRECURSOR
+    grown = ratio[cross[env] - 1, env] >= CHAOS_PRECURSOR  # cross >= PARITY_STEPS >= 1
     out = np.full(n, steps)
     out[env[grown]] = cross[env[grown]]
     return out
