@@ -52,7 +52,8 @@ def _fake_slots(n: int, calls: list[int], seconds=lambda j, reps: 1e-3 * reps):
 
 def test_interleave_runs_every_case_in_every_round_in_a_shuffled_order() -> None:
     calls: list[int] = []
-    out = suite.interleave(_fake_slots(3, calls), [1, 2, 3], rounds=8)
+    m = suite.MIN_RUN  # a case of k * MIN_RUN launches (k <= CHUNKS) runs in k runs of MIN_RUN
+    out = suite.interleave(_fake_slots(3, calls), [m, 2 * m, 3 * m], rounds=8)
     rounds = [calls[i:i + 6] for i in range(3, len(calls), 6)]  # 1 + 2 + 3 runs per round, after the untimed one
     assert [len(x) for x in out] == [8, 8, 8] and len(rounds) == 8
     assert all(sorted(r) == [0, 1, 1, 2, 2, 2] for r in rounds) and len({tuple(r) for r in rounds}) > 1
@@ -65,6 +66,16 @@ def test_a_case_with_many_launches_is_spread_over_the_round() -> None:
     assert [j for j, _ in plan].index(1) == suite.CHUNKS // 2  # the single launch sits mid-round
 
 
+def test_a_run_of_launches_is_never_shorter_than_min_run() -> None:
+    # A run's first launch runs cold after another case's, so a case is split only into runs of MIN_RUN or more.
+    for reps in (1, suite.MIN_RUN - 1, suite.MIN_RUN, 2 * suite.MIN_RUN - 1, 2 * suite.MIN_RUN, 5 * suite.MIN_RUN + 3,
+                 suite.CHUNKS * suite.MIN_RUN * 4):  # fmt: skip
+        runs = [n for _, n in suite._plan([reps], [0])]
+        assert sum(runs) == reps
+        assert len(runs) == max(1, min(reps // suite.MIN_RUN, suite.CHUNKS))
+        assert len(runs) == 1 or min(runs) >= suite.MIN_RUN
+
+
 def test_interleave_fits_its_budget_but_keeps_the_minimum_rounds() -> None:
     slow = [lambda reps: 0.5]  # one round takes 0.5 s
     assert len(suite.interleave(slow, [1], rounds=30, budget_s=2.0, min_rounds=3)[0]) == 4
@@ -73,6 +84,36 @@ def test_interleave_fits_its_budget_but_keeps_the_minimum_rounds() -> None:
 
 def test_calibrate_makes_a_slot_last_at_least_the_slot_time() -> None:
     assert suite.calibrate(lambda reps: 1e-4 * reps, 2e-3) == 20
+
+
+def test_calibrate_times_a_run_about_one_slot_long_not_the_cold_single_launch() -> None:
+    calls: list[int] = []
+
+    def switching(reps: int) -> float:  # the first launch of a run costs 3x a launch (1e-4 s) in a run
+        calls.append(reps)
+        return 3e-4 + 1e-4 * (reps - 1)
+
+    reps, launch_s = suite.calibrate_launch(switching, 2e-3)
+    assert calls == [1, 1, 7]  # warm-up, one launch (3e-4 s), then a run of ceil(2e-3 / 3e-4) launches
+    assert launch_s == pytest.approx(9e-4 / 7) and reps == 16  # the run's time per launch sets the slot
+    assert switching(reps) == pytest.approx(2e-3, rel=0.15)  # so a slot, timed as a run, lasts about slot_s
+    assert switching(7) < 0.5 * 2e-3  # where the single launch's 7 would have made it half as long
+
+
+def test_a_cold_first_launch_of_a_fast_case_is_timed_again() -> None:
+    calls: list[int] = []
+    times = [14e-3, 1.5e-3]  # a 1.5 ms step whose first launch in its group took 14 ms
+
+    def cold_first(reps: int) -> float:
+        calls.append(reps)
+        return (times.pop(0) if times else 1.5e-3) * reps
+
+    reps, launch_s = suite.calibrate_launch(cold_first, 10e-3, warm=True)
+    assert calls == [1, 1, 7] and launch_s == pytest.approx(1.5e-3) and reps == 7
+    calls.clear()
+    # A launch longer than COLD_RETRY slots is a slow case, not a cold one: timed once (a rollout's launch is costly).
+    assert suite.calibrate_launch(lambda reps: calls.append(reps) or 0.5, 10e-3, warm=True) == (1, 0.5)
+    assert calls == [1] and 0.5 >= suite.COLD_RETRY * 10e-3
 
 
 def test_a_checked_case_skips_the_warm_launch_and_a_quick_group_the_untimed_round() -> None:
@@ -86,7 +127,7 @@ def test_a_checked_case_skips_the_warm_launch_and_a_quick_group_the_untimed_roun
     calls.clear()
     assert suite.calibrate_launch(slow, 0.01, warm=True) == (1, 0.5) and calls == [1]  # its check warmed it
     calls.clear()
-    fast = [1e-3, 1e-4]  # a fast case launched warm: the slower of two launches is dropped
+    fast = [1e-3, 1e-4]  # a fast case: its single launch runs cold, a run of two gives the steady state
     assert suite.calibrate_launch(lambda reps: fast.pop(0) * reps, 2e-3, warm=True) == (20, 1e-4)
     # The round estimate from calibration replaces the untimed round: 3 rounds, 3 launches.
     assert len(suite.interleave([slow], [1], rounds=3, estimate_s=0.5)[0]) == 3 and calls == [1, 1, 1]
