@@ -32,6 +32,13 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def sb3_logs_in_tmp_path(tmp_path, monkeypatch):
+    """SB3's learn() makes a log folder even when it logs nothing (``SB3-<date>`` in the system temp dir
+    without $SB3_LOGDIR): the test's own temp dir, which pytest cleans up, instead."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3-logs"))
+
+
 def cartpole(seed: int = 0) -> PortkernVecEnv:
     return make_vec_env("CartPole-v1", N, seed=seed, monitor=False)
 
