@@ -482,10 +482,15 @@ def _visit(config: pytest.Config, group: Group) -> None:
         live.append(out)
     share = -(-rounds // n)  # this visit's rounds
     min_rounds = -(-suite.MIN_ROUNDS // n)
-    for out, r, secs in zip(live, reps, suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v,
-                                                         estimate_s=estimate or None)):  # fmt: skip
+    # Timed again, once, if the hypervisor took one CPU from them (suite.STEAL_RETIME); each attempt's worst
+    # one-CPU steal share is recorded with the members, retimed or not.
+    rounds_s, steals = suite.timed_undisturbed(
+        lambda attempt: suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v + 1000 * attempt,
+                                         estimate_s=estimate or None))  # fmt: skip
+    for out, r, secs in zip(live, reps, rounds_s):
         out.round_s += secs
         out.round_reps += [r] * len(secs)
+        out.rec.setdefault("visit_steal", []).append(steals)
     for out in group.outcomes.values():
         out.prep = None  # the group's buffers go now, before the next group allocates its own
     if journal is not None:  # durable before the run moves on: a kill from here on keeps this visit

@@ -485,3 +485,47 @@ def test_a_re_tune_penalty_has_the_interval_of_its_paired_rounds_and_a_verdict()
     back = next(r for r in rows if (r["source"], r["target"]) == ("B", "A"))
     assert back["penalty"] == pytest.approx(0.5) and back["penalty_interval"] == pytest.approx([0.5, 0.5])
     assert back["verdict"] == "beyond noise"
+
+
+# ---- rounds timed again when the hypervisor took a CPU from them --------------------------------
+def _ticks(steal0: int, steal1: int, busy: int = 100) -> list[list[int]]:
+    """Two CPUs' /proc/stat fields (user .. steal) after ``busy`` ticks each, of which ``stealN`` stolen."""
+    return [[busy - steal0, 0, 0, 0, 0, 0, 0, steal0], [busy - steal1, 0, 0, 0, 0, 0, 0, steal1]]
+
+
+def test_worst_cpu_steal_is_the_worst_single_cpu_not_the_average() -> None:
+    zero = [[0] * 8, [0] * 8]
+    assert suite.worst_cpu_steal(zero, _ticks(0, 40)) == 0.4  # the machine's average would say 0.2
+    assert suite.worst_cpu_steal(zero, _ticks(3, 2)) == 0.03
+    assert suite.worst_cpu_steal(zero, _ticks(3, 2), min_ticks=5) == 0.0  # a few stolen ticks are the tick's noise
+    assert suite.worst_cpu_steal(None, _ticks(0, 40)) is None and suite.worst_cpu_steal(zero, [[0] * 8]) is None
+
+
+def test_cpu_ticks_each_reads_every_cpu_line() -> None:
+    each = suite.cpu_ticks_each()
+    if each is None:
+        pytest.skip("no /proc/stat on this platform (cpu_ticks_each is None there, and nothing is retimed)")
+    assert len(each) == (os.cpu_count() or len(each)) and all(len(c) == 8 for c in each)
+
+
+def test_rounds_are_timed_again_once_when_a_cpu_was_stolen_from() -> None:
+    # 60 of CPU 1's 100 ticks stolen during the first attempt, 1 of 100 during the second.
+    readings = iter([_ticks(0, 0, 100), _ticks(0, 60, 200), _ticks(0, 60, 200), _ticks(0, 61, 300)])
+    attempts: list[int] = []
+
+    def run(attempt: int) -> list[list[float]]:
+        attempts.append(attempt)
+        return [[float(attempt)]]
+
+    out, steals = suite.timed_undisturbed(run, lambda: next(readings))
+    assert attempts == [0, 1] and out == [[1.0]] and steals == [0.6, 0.0]  # 1 tick: under STEAL_MIN_TICKS
+    # Stolen from again: still only one retime (the run goes on), both shares recorded.
+    readings = iter([_ticks(0, 0, 100), _ticks(0, 60, 200), _ticks(0, 60, 200), _ticks(0, 120, 300)])
+    attempts.clear()
+    out, steals = suite.timed_undisturbed(run, lambda: next(readings))
+    assert attempts == [0, 1] and steals == [0.6, 0.6]
+    # A quiet machine, or one that does not say: timed once.
+    for quiet in ([_ticks(0, 0, 100), _ticks(2, 3, 200)], [None, None]):
+        readings = iter(quiet)
+        attempts.clear()
+        assert suite.timed_undisturbed(run, lambda: next(readings))[0] == [[0.0]] and attempts == [0]

@@ -26,10 +26,11 @@ from .knobs import (
 )  # fmt: skip
 from .prepared import ATOL, PARITY_STEPS, RATE_BASIS, RTOL, SEED, Parity, Prepared, rates
 from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN, _compare_paths
-from .runinfo import code_fingerprint, cpu_steal, cpu_ticks, run_info
+from .runinfo import code_fingerprint, cpu_steal, cpu_ticks, cpu_ticks_each, run_info, worst_cpu_steal
 from .timing import (
     CHUNKS, COLD_RETRY, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, MIN_RUN, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, QUICK_VISITS,
-    ROUNDS, SLOT_S, VISITS, _plan, calibrate, calibrate_launch, interleave, make_slot, round_summary,
+    ROUNDS, SLOT_S, STEAL_MIN_TICKS, STEAL_RETIME, VISITS, _plan, calibrate, calibrate_launch, interleave, make_slot,
+    round_summary, timed_undisturbed,
 )  # fmt: skip
 
 __all__ = [
@@ -38,10 +39,10 @@ __all__ = [
     "MLP_ENVS", "MLP_FLIP_SHARE", "MLP_HIDDEN", "PARITY_STEPS", "PATHS", "Parity", "Prepared",
     "QUICK_GROUP_BUDGET_S", "QUICK_ROLLOUT_T", "QUICK_ROUNDS", "QUICK_SIZES", "QUICK_SLOT_S", "QUICK_VISITS",
     "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "RolloutKernel", "SCHEMA", "SEED",
-    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "Target", "VISITS", "_compare_paths", "_plan",
+    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "STEAL_MIN_TICKS", "STEAL_RETIME", "Target", "VISITS", "_compare_paths", "_plan",
     "all_configs", "applied", "calibrate", "calibrate_launch", "canonical_vendor", "case_stack_class", "code_fingerprint",
-    "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "cpu_steal", "cpu_ticks", "current_config",
+    "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "cpu_steal", "cpu_ticks", "cpu_ticks_each", "current_config",
     "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label", "make_slot",
     "open_backend", "prepare", "prepare_copy", "quick_left_out", "rates", "resolved_config", "rollout_kernel",
-    "round_summary", "run_info", "size_family", "slug", "targets", "tune_sizes",
+    "round_summary", "run_info", "size_family", "slug", "targets", "timed_undisturbed", "tune_sizes", "worst_cpu_steal",
 ]  # fmt: skip

@@ -77,3 +77,31 @@ def cpu_steal(start: list[int] | None, end: list[int] | None) -> float | None:
     total = sum(d)
     return round(d[7] / total, 4) if total > 0 else None
 
+
+
+def cpu_ticks_each() -> list[list[int]] | None:
+    """Each CPU's time so far, /proc/stat's ``cpuN`` lines (user nice system idle iowait irq softirq steal, in
+    ticks), in the file's order; None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            rows = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+        return [[int(x) for x in r[1:9]] for r in rows if len(r) >= 9] or None
+    except (OSError, ValueError):
+        return None
+
+
+def worst_cpu_steal(start: list[list[int]] | None, end: list[list[int]] | None,
+                    min_ticks: int = 0) -> float | None:  # fmt: skip
+    """The largest share of one CPU's ticks between two :func:`cpu_ticks_each` readings that the hypervisor
+    stole, counting only a CPU that lost at least ``min_ticks`` ticks (0 otherwise); None without both
+    readings. A threaded runtime's parallel region waits for its slowest thread, so one stolen vCPU slows a
+    threaded backend's launches and not a one-thread backend's: the machine's average hides it."""
+    if not start or not end or len(start) != len(end):
+        return None
+    worst = 0.0
+    for a, b in zip(start, end):
+        d = [y - x for x, y in zip(a, b)]
+        total = sum(d)
+        if total > 0 and d[7] >= max(min_ticks, 1):
+            worst = max(worst, d[7] / total)
+    return round(worst, 4)

@@ -13,6 +13,7 @@ import numpy as np
 from ...backends import Backend
 from .knobs import applied
 from .prepared import Prepared
+from .runinfo import cpu_ticks_each, worst_cpu_steal
 
 #: Rounds per group, the shortest timed slot (back-to-back synchronised launches of one case) and the
 #: most seconds one group's rounds may take (fewer rounds then, never under MIN_ROUNDS): full, quick.
@@ -120,6 +121,31 @@ def interleave(slots: list[Callable[[int], float]], reps: list[int], rounds: int
         if gc_was_on:
             gc.enable()
     return out
+
+
+#: A group's rounds are timed again, once, when the hypervisor stole more than this share of one CPU's time
+#: while they ran, and at least STEAL_MIN_TICKS ticks (10 ms each on Linux). A threaded runtime's parallel
+#: region waits for its stolen core, a one-thread runtime's launch does not: one quick run on the 2-core VM
+#: had eager torch's two-thread buffer ops 25-150x slower than the next two runs for four groups (NumPy's
+#: unchanged), and 22 comparisons flipped against each of them; the run recorded only the machine's average
+#: steal (1.5 %), so this guard and ``visit_steal`` are what would show such a burst.
+STEAL_RETIME, STEAL_MIN_TICKS = 0.10, 5
+
+
+def timed_undisturbed(run: Callable[[int], list[list[float]]], ticks: Callable[[], Any] = cpu_ticks_each,
+                      ) -> tuple[list[list[float]], list[float | None]]:  # fmt: skip
+    """``run(attempt)``'s rounds, run again once when a CPU was stolen from while they ran (STEAL_RETIME):
+    the rounds of the last attempt, and the worst one-CPU steal share of each attempt (None where the
+    machine does not say)."""
+    steals: list[float | None] = []
+    for attempt in range(2):
+        before = ticks()
+        out = run(attempt)
+        steal = worst_cpu_steal(before, ticks(), STEAL_MIN_TICKS)
+        steals.append(steal)
+        if steal is None or steal <= STEAL_RETIME:
+            break
+    return out, steals
 
 
 #: Most runs of back-to-back launches one case is split into per round (see interleave), and the fewest
