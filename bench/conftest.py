@@ -97,7 +97,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DEVICES] = {}
     config.stash[_GROUPS] = {}
     config.stash[_LEFT_OUT] = {}
-    config.stash[_LOAD] = {"start": _loadavg(), "cpu": suite.cpu_ticks(), "t0": time.perf_counter()}
+    config.stash[_LOAD] = {"start": _loadavg(), "cpu": suite.cpu_ticks(), "cpu_each": suite.cpu_ticks_each(),
+                           "t0": time.perf_counter()}  # fmt: skip
     # The run's journal, when its driver registered one (portkern bench/tune): visits kept as they finish.
     config.stash[_JOURNAL] = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, BenchJournal)),
                                   None)  # fmt: skip
@@ -482,11 +483,12 @@ def _visit(config: pytest.Config, group: Group) -> None:
         live.append(out)
     share = -(-rounds // n)  # this visit's rounds
     min_rounds = -(-suite.MIN_ROUNDS // n)
-    # Timed again, once, if the hypervisor took one CPU from them (suite.STEAL_RETIME); each attempt's worst
-    # one-CPU steal share is recorded with the members, retimed or not.
+    # Timed again, once, if a burst of steal took one CPU from them (suite.STEAL_RETIME, against the run's own
+    # steal so far); each attempt's worst one-CPU steal share is recorded with the members, retimed or not.
+    background = suite.worst_cpu_steal(config.stash[_LOAD]["cpu_each"], suite.cpu_ticks_each(), suite.STEAL_MIN_TICKS)
     rounds_s, steals = suite.timed_undisturbed(
         lambda attempt: suite.interleave(slots, reps, share, budget / n, min_rounds, seed=v + 1000 * attempt,
-                                         estimate_s=estimate or None))  # fmt: skip
+                                         estimate_s=estimate or None), background=background)  # fmt: skip
     for out, r, secs in zip(live, reps, rounds_s):
         out.round_s += secs
         out.round_reps += [r] * len(secs)

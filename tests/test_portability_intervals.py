@@ -524,6 +524,13 @@ def test_rounds_are_timed_again_once_when_a_cpu_was_stolen_from() -> None:
     attempts.clear()
     out, steals = suite.timed_undisturbed(run, lambda: next(readings))
     assert attempts == [0, 1] and steals == [0.6, 0.6]
+    # A machine stolen from all along (the run's own steal so far: 40 %): 60 % is no burst, timed once.
+    readings = iter([_ticks(0, 0, 100), _ticks(0, 60, 200)])
+    attempts.clear()
+    assert suite.timed_undisturbed(run, lambda: next(readings), background=0.4)[1] == [0.6] and attempts == [0]
+    readings = iter([_ticks(0, 0, 100), _ticks(0, 60, 200), _ticks(0, 60, 200), _ticks(0, 60, 300)])
+    attempts.clear()
+    assert suite.timed_undisturbed(run, lambda: next(readings), background=0.2)[1] == [0.6, 0.0]  # 3x: a burst
     # A quiet machine, or one that does not say: timed once.
     for quiet in ([_ticks(0, 0, 100), _ticks(2, 3, 200)], [None, None]):
         readings = iter(quiet)

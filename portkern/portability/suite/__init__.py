@@ -29,7 +29,7 @@ from .rollouts import DRIFT_ATOL, DRIFT_RTOL, FIELDS, MLP_FLIP_SHARE, MLP_HIDDEN
 from .runinfo import code_fingerprint, cpu_steal, cpu_ticks, cpu_ticks_each, run_info, worst_cpu_steal
 from .timing import (
     CHUNKS, COLD_RETRY, GROUP_BUDGET_S, MAX_REPS, MIN_ROUNDS, MIN_RUN, QUICK_GROUP_BUDGET_S, QUICK_ROUNDS, QUICK_SLOT_S, QUICK_VISITS,
-    ROUNDS, SLOT_S, STEAL_MIN_TICKS, STEAL_RETIME, VISITS, _plan, calibrate, calibrate_launch, interleave, make_slot,
+    ROUNDS, SLOT_S, STEAL_BURST, STEAL_MIN_TICKS, STEAL_RETIME, VISITS, _plan, calibrate, calibrate_launch, interleave, make_slot,
     round_summary, timed_undisturbed,
 )  # fmt: skip
 
@@ -39,7 +39,7 @@ __all__ = [
     "MLP_ENVS", "MLP_FLIP_SHARE", "MLP_HIDDEN", "PARITY_STEPS", "PATHS", "Parity", "Prepared",
     "QUICK_GROUP_BUDGET_S", "QUICK_ROLLOUT_T", "QUICK_ROUNDS", "QUICK_SIZES", "QUICK_SLOT_S", "QUICK_VISITS",
     "RATE_BASIS", "ROLLOUT_KERNELS", "ROLLOUT_T", "ROUNDS", "RTOL", "RolloutKernel", "SCHEMA", "SEED",
-    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "STEAL_MIN_TICKS", "STEAL_RETIME", "Target", "VISITS", "_compare_paths", "_plan",
+    "SIMULATOR_MARKERS", "SIM_ROLLOUT_T", "SIM_SIZES", "SLOT_S", "STEAL_BURST", "STEAL_MIN_TICKS", "STEAL_RETIME", "Target", "VISITS", "_compare_paths", "_plan",
     "all_configs", "applied", "calibrate", "calibrate_launch", "canonical_vendor", "case_stack_class", "code_fingerprint",
     "comparison_kernel", "config_id", "config_origin", "copy_bandwidth", "cpu_model", "cpu_steal", "cpu_ticks", "cpu_ticks_each", "current_config",
     "device_copy", "device_info", "family", "full_sizes", "interleave", "knobs", "machine_label", "make_slot",
