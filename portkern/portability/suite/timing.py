@@ -63,8 +63,8 @@ def calibrate_launch(slot: Callable[[int], float], slot_s: float, warm: bool = F
     run's slow rollout cases take up to a second a launch.
 
     A launch right after other work runs cold (caches, worker threads asleep, an idle vCPU woken): on the
-    2-core development VM a single env step after another backend's took 2-2.6x its time in a run of 8 or
-    more. So a case faster than the slot is timed once more in a run about one slot long, and that run's
+    2-core development VM a single env step after another backend's took 2.2-2.6x its time in runs of 8 or
+    more (see MIN_RUN). So a case faster than the slot is timed once more in a run about one slot long, and that run's
     time per launch sets the launches per slot: a slot is then ``slot_s`` long in the runs it is timed in.
     A single launch of up to COLD_RETRY slots is timed once more first, the faster kept: a 1-2 ms env step
     whose first launch in its group took 14 ms got one launch per slot, every one of them cold.
@@ -155,9 +155,10 @@ def timed_undisturbed(run: Callable[[int], list[list[float]]], ticks: Callable[[
 #: Most runs of back-to-back launches one case is split into per round (see interleave), and the fewest
 #: launches in one run. The first launch of a run follows another case's and runs cold: on the 2-core
 #: development VM, per-launch times of six backends' Pendulum-v1 steps at 1,024 envs, in runs of 1, 2, 4, 8,
-#: 16 and 32 launches interleaved with each other, were 2.0-2.6x, 1.6-2.3x, 1.1-1.3x and then within 10 %
-#: of the steady state (JAX, at 2.5 ms a launch, within 20 % throughout). Runs of one or two launches
-#: (CHUNKS = 8 in a slot of 8-16 launches) timed mostly the switch between cases, not the case.
+#: 16 and 32 launches interleaved with each other, were 2.2-2.6x, 1.6-2.3x and 1.2x the median of the runs
+#: of 8, 16 and 32 (which were within -17 % / +9 % of it; JAX, at 2.5 ms a launch, 1.15x and 1.3x at 1 and
+#: 2 launches). Runs of one or two launches (CHUNKS = 8 in a slot of 8-16 launches) timed mostly the switch
+#: between cases, not the case.
 CHUNKS, MIN_RUN = 8, 8
 
 
