@@ -639,6 +639,13 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     }
 
 
+def _retimed_visits(config: pytest.Config) -> int:
+    """Visits of this run's groups whose rounds were timed again for a burst of steal (two attempts recorded)."""
+    steals = {g.gid: next((o.rec["visit_steal"] for o in g.outcomes.values() if o.rec.get("visit_steal")), [])
+              for g in config.stash[_GROUPS].values()}  # fmt: skip
+    return sum(len(attempts) > 1 for visits in steals.values() for attempts in visits)
+
+
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict[str, Any]) -> None:
     # Every case, timed or not: unsupported and failing kernels must reach the functional matrix.
     rounds, slot_s, budget = _timing(config)
@@ -650,10 +657,13 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "structure": {k: list(v) for k, v in _structure(config).items()},  # --pk-links: {} at the defaults
         "timing": {"method": "interleaved rounds, order shuffled per round, in visits spread over the run",
                    "rounds": rounds, "visits_max": _visits(config), "slot_s": slot_s,
-                   "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS},
+                   "group_budget_s": budget, "min_rounds": suite.MIN_ROUNDS, "rate_basis": suite.RATE_BASIS,
+                   "min_run": suite.MIN_RUN, "steal_retime": {"share": suite.STEAL_RETIME, "min_ticks":
+                   suite.STEAL_MIN_TICKS, "burst": suite.STEAL_BURST}},
         # A shared machine: how busy it was, how much CPU the hypervisor took, how long the suite ran.
         "loadavg": {"start": config.stash[_LOAD]["start"], "end": _loadavg()},
         "cpu_steal": suite.cpu_steal(config.stash[_LOAD]["cpu"], suite.cpu_ticks()),
+        "retimed_visits": _retimed_visits(config),  # visits timed again for a burst of steal (suite.STEAL_RETIME)
         "wall_s": round(time.perf_counter() - config.stash[_LOAD]["t0"], 1),
         "jax_compilation_cache": config.stash[_LOAD]["jax_cache"],  # on disk, as Inductor's always is
         "code_end": suite.code_fingerprint(),  # differs from "code" when a backend was edited during the run

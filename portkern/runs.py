@@ -171,7 +171,7 @@ def load_run(path: str | Path) -> Run:
     meta = {p: {"sizes": pk.get("sizes"), "tune": pk.get("tune"), "schema": pk.get("schema"), "code": pk.get("code"),
                 "code_end": pk.get("code_end"),
                 "timing": pk.get("timing"), "loadavg": pk.get("loadavg"), "cpu_steal": pk.get("cpu_steal"),
-                "wall_s": pk.get("wall_s"), "datetime": data.get("datetime"),
+                "wall_s": pk.get("wall_s"), "retimed_visits": pk.get("retimed_visits"), "datetime": data.get("datetime"),
                 "left_out": pk.get("left_out")}}  # a quick run's cases left out as repeats of others
     return Run(p, machine, devices, available, unavailable, records, meta)
 

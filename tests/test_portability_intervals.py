@@ -391,11 +391,12 @@ def test_report_compare_writes_the_comparison(tmp_path: Path) -> None:
 
 def test_a_comparison_names_each_runs_wall_time_and_cpu_steal(tmp_path: Path) -> None:
     data = json.loads(XEON.read_text())
-    data["portkern"].update(wall_s=321.4, cpu_steal=0.0312)
+    data["portkern"].update(wall_s=321.4, cpu_steal=0.0312, retimed_visits=3)
     run = tmp_path / "with-machine-state.json"
     run.write_text(json.dumps(data))
     text = report.compare_markdown(report.compare(report.build(load_run(XEON)), report.build(load_run(run))))
-    assert "suite 321 s, CPU steal 3.1 %" in text
+    assert "suite 321 s, CPU steal 3.1 %, 3 visit(s) timed again for a burst of steal on one CPU" in text
+    assert text.count("timed again") == 1
     assert text.count("CPU steal") == 1  # the synthetic run recorded neither: nothing is made up for it
 
 

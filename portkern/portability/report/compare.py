@@ -65,12 +65,15 @@ def compare(rep_a: dict[str, Any], rep_b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _machine_state(m: dict[str, Any]) -> str:
-    """The suite's wall time and the CPU share the hypervisor took during it, where the run recorded them."""
+    """The suite's wall time, the CPU share the hypervisor took during it and the visits it retimed for a burst of
+    steal, where the run recorded them."""
     parts = []
     if m.get("wall_s") is not None:
         parts.append(f"suite {m['wall_s']:.0f} s")
     if m.get("cpu_steal") is not None:
         parts.append(f"CPU steal {100 * m['cpu_steal']:.1f} %")
+    if m.get("retimed_visits"):
+        parts.append(f"{m['retimed_visits']} visit(s) timed again for a burst of steal on one CPU")
     return "; " + ", ".join(parts) if parts else ""
 
 
