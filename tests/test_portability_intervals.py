@@ -536,4 +536,4 @@ def test_rounds_are_timed_again_once_when_a_cpu_was_stolen_from() -> None:
     for quiet in ([_ticks(0, 0, 100), _ticks(2, 3, 200)], [None, None]):
         readings = iter(quiet)
         attempts.clear()
-        assert suite.timed_undisturbed(run, lambda: next(readings))[0] == [[0.0]] and attempts == [0]
+        assert suite.timed_undisturbed(run, lambda r=readings: next(r))[0] == [[0.0]] and attempts == [0]
