@@ -56,15 +56,34 @@ def run_info() -> dict[str, Any]:
     return {"schema": SCHEMA, "portkern": __version__, "code": dict(_CODE_AT_START)}
 
 
-def cpu_ticks() -> list[int] | None:
-    """The machine's CPU time so far, /proc/stat's first line (user nice system idle iowait irq softirq steal
-    ..., in ticks); None where there is no /proc/stat."""
+def _cpu_lines() -> dict[str, list[int]] | None:
+    """/proc/stat's ``cpu`` lines by name (``cpu``: the machine, ``cpuN``: each CPU), their first eight fields
+    (user nice system idle iowait irq softirq steal, in ticks); None where there is no /proc/stat."""
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-        return [int(x) for x in fields[1:9]] if fields[:1] == ["cpu"] and len(fields) >= 9 else None
+            rows = [line.split() for line in f if line.startswith("cpu")]
+        return {r[0]: [int(x) for x in r[1:9]] for r in rows if len(r) >= 9}
     except (OSError, ValueError):
         return None
+
+
+def cpu_ticks() -> list[int] | None:
+    """The machine's CPU time so far, /proc/stat's first line (user nice system idle iowait irq softirq steal,
+    in ticks); None where there is no /proc/stat."""
+    return (_cpu_lines() or {}).get("cpu")
+
+
+def cpu_ticks_each() -> list[list[int]] | None:
+    """Each CPU's time so far, /proc/stat's ``cpuN`` lines (the fields of :func:`cpu_ticks`), in the file's
+    order; None where there is no /proc/stat."""
+    lines = _cpu_lines() or {}
+    return [v for k, v in lines.items() if k[3:].isdigit()] or None
+
+
+def _stolen(start: list[int], end: list[int]) -> tuple[int, int]:
+    """Ticks stolen and ticks in all between two readings of one ``cpu`` line."""
+    d = [b - a for a, b in zip(start, end)]
+    return d[7], sum(d)
 
 
 def cpu_steal(start: list[int] | None, end: list[int] | None) -> float | None:
@@ -73,21 +92,8 @@ def cpu_steal(start: list[int] | None, end: list[int] | None) -> float | None:
     runtime's parallel region waits for its stolen core); None without both readings."""
     if not start or not end:
         return None
-    d = [b - a for a, b in zip(start, end)]
-    total = sum(d)
-    return round(d[7] / total, 4) if total > 0 else None
-
-
-
-def cpu_ticks_each() -> list[list[int]] | None:
-    """Each CPU's time so far, /proc/stat's ``cpuN`` lines (user nice system idle iowait irq softirq steal, in
-    ticks), in the file's order; None where there is no /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            rows = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
-        return [[int(x) for x in r[1:9]] for r in rows if len(r) >= 9] or None
-    except (OSError, ValueError):
-        return None
+    stolen, total = _stolen(start, end)
+    return round(stolen / total, 4) if total > 0 else None
 
 
 def worst_cpu_steal(start: list[list[int]] | None, end: list[list[int]] | None,
@@ -100,8 +106,7 @@ def worst_cpu_steal(start: list[list[int]] | None, end: list[list[int]] | None,
         return None
     worst = 0.0
     for a, b in zip(start, end):
-        d = [y - x for x, y in zip(a, b)]
-        total = sum(d)
-        if total > 0 and d[7] >= max(min_ticks, 1):
-            worst = max(worst, d[7] / total)
+        stolen, total = _stolen(a, b)
+        if total > 0 and stolen >= max(min_ticks, 1):
+            worst = max(worst, stolen / total)
     return round(worst, 4)
