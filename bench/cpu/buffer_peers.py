@@ -24,7 +24,10 @@ Peers, each written the way its community writes it, inputs already where each o
 * jax: ``lax.scan(reverse=True)`` under ``jit`` (the purejaxrl pattern), ``jnp`` for normalize/gather.
 
 Every case is checked against the reference before it is timed. Timed rounds interleave all cases
-(the order rotates every round) on this shared machine; each sample is one call, synchronised.
+(the order rotates every round) on this shared machine; each sample is as many synchronised calls,
+back to back, as last ``--min-round-ms`` (one for an op that takes longer), over their count. A ratio's
+interval is the 10th to 90th percentile of its per-round ratios, as in portkern's reports (min-max kept
+beside it). JAX's gather reads int32 indices (its default without x64) and promises them in bounds.
 Rates are items/s (elements; rows for gather) over wall time, and over the process's CPU time
 (all its threads: PoCL's, Intel's TBB, OpenMP, XLA), which load from other jobs disturbs less.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import statistics
 import time
@@ -52,6 +56,7 @@ from portkern import buffer
 from portkern.backends import get_backend
 from portkern.backends import numpy as npb
 from portkern.backends import opencl as _opencl  # noqa: F401  (registers PyPI OpenCL drivers first)
+from portkern.portability.metrics import spread
 
 GAMMA, LAM, EPS = 0.99, 0.95, 1e-8
 OPS = ("gae", "discounted_returns", "normalize", "gather")
@@ -390,25 +395,43 @@ def short(platform: str) -> str:
 
 
 # ---- timing -----------------------------------------------------------------------------------
-def rounds(cases: dict[str, Callable[[], None]], repeats: int) -> dict[str, dict[str, list[float]]]:
-    """Wall and process-CPU seconds of each case per round; the order rotates each round, so that
-    neither load drift on the shared machine nor cache state left by a neighbour favours one case."""
+def calls_per_round(cases: dict[str, Callable[[], None]], min_round_s: float) -> dict[str, int]:
+    """How many back-to-back calls make one timed sample of each case: enough to last ``min_round_s``
+    (from one more untimed call, after the first), so that a 2 ms op's sample is not one timer read
+    and one scheduler blip; 1 for a call that lasts that long already."""
+    reps = {}
+    for name, fn in cases.items():
+        t0 = time.perf_counter()
+        fn()
+        reps[name] = max(1, math.ceil(min_round_s / max(time.perf_counter() - t0, 1e-9)))
+    return reps
+
+
+def rounds(cases: dict[str, Callable[[], None]], repeats: int,
+           reps: dict[str, int] | None = None) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+    """Wall and process-CPU seconds per call of each case per round (a round's ``reps[name]`` calls,
+    back to back, over their count); the order rotates each round, so that neither load drift on the
+    shared machine nor cache state left by a neighbour favours one case."""
     names = list(cases)
+    reps = reps or {}
     out = {n: {"wall": [], "cpu": []} for n in names}
     for i in range(repeats):
         k = i % len(names)
         for n in names[k:] + names[:k]:
             gc.collect()
+            fn, count = cases[n], reps.get(n, 1)
             w, c = time.perf_counter(), time.process_time()
-            cases[n]()
-            out[n]["cpu"].append(time.process_time() - c)
-            out[n]["wall"].append(time.perf_counter() - w)
+            for _ in range(count):
+                fn()
+            out[n]["cpu"].append((time.process_time() - c) / count)
+            out[n]["wall"].append((time.perf_counter() - w) / count)
     return out
 
 
 def rates(count: int, secs: list[float]) -> dict[str, float]:
     r = sorted(count / s for s in secs)
-    return {"median": statistics.median(r), "min": r[0], "max": r[-1]}
+    lo, hi = spread(r)
+    return {"median": statistics.median(r), "p10": lo, "p90": hi, "min": r[0], "max": r[-1]}
 
 
 def check(name: str, got: list[np.ndarray], want: list[np.ndarray]) -> str:
@@ -441,6 +464,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="128x65536,128x4096", help="comma-separated TxN buffer shapes")
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--repeats", type=int, default=9, help="interleaved timed rounds per (op, size)")
+    ap.add_argument("--min-round-ms", type=float, default=20.0,
+                    help="each case's timed sample is as many back-to-back calls as last this long (one call "
+                    "for an op that takes longer); 0: one call per sample")
     ap.add_argument("--sweep-repeats", type=int, default=5, help="rounds of the knob sweep per device")
     ap.add_argument(
         "--devices", default=None, help="comma-separated OpenCL device substrings (default: every CPU device)"
@@ -505,12 +531,14 @@ def main() -> None:
                 run()  # also torch_compile's compilation and jit's tracing, kept out of the timed rounds
                 first_call[name] = time.perf_counter() - t0
                 agreement[name] = check(name, result(), want)
-            timed = rounds({k: v[0] for k, v in cases.items()}, args.repeats)
+            runs = {k: v[0] for k, v in cases.items()}
+            reps = calls_per_round(runs, args.min_round_ms / 1e3)
+            timed = rounds(runs, args.repeats, reps)
             row = {
                 "op": op, "shape": [t, n], "items": count, "unit": "rows" if op == "gather" else "elements",
                 "items_per_s_wall": {k: rates(count, v["wall"]) for k, v in timed.items()},
                 "items_per_s_cpu": {k: rates(count, v["cpu"]) for k, v in timed.items()},
-                "seconds": timed, "check": agreement, "first_call_s": first_call, "opencl_knobs": chosen,
+                "seconds": timed, "calls_per_round": reps, "check": agreement, "first_call_s": first_call, "opencl_knobs": chosen,
                 "opencl_sweep": sweeps,
             }  # fmt: skip
             row["verdict"] = verdict(row)
@@ -530,6 +558,11 @@ def main() -> None:
             "lam": LAM,
             "eps": EPS,
             "repeats": args.repeats,
+            "min_round_s": args.min_round_ms / 1e3,
+            "interval": "10th to 90th percentile of the per-round values (portkern's reports' interval); "
+            "min and max kept beside it",
+            "jax_gather_indices": "int32: jnp.asarray of the int64 permutation under JAX's default "
+            "(jax_enable_x64 off), as a JAX user's jax.random.permutation; every other row reads int64",
             "torch_threads": args.torch_threads if args.torch_threads is not None
             else "torch's default, each row also on one thread (@1t)",
             "sweep_repeats": None if args.no_internal else args.sweep_repeats,
@@ -549,15 +582,17 @@ def main() -> None:
 
 
 def ratio(row: dict, name: str, other: str, basis: str) -> dict[str, Any]:
-    """``name``'s rate over ``other``'s: the ratio of medians and the min-max of the per-round ratios (the
-    two ran in the same round, so load drift cancels). "above" / "below": every round's ratio is over /
-    under 1; "within noise" otherwise (docs/ARCHITECTURE.md: a ratio whose interval straddles 1 is never
-    a winner)."""
+    """``name``'s rate over ``other``'s: the ratio of medians and the interval of the per-round ratios (the
+    two ran in the same round, so load drift cancels): their 10th to 90th percentile, the interval every
+    portkern report uses (portkern.portability.metrics.spread), with the min-max beside it. "above" /
+    "below": the interval is over / under 1; "within noise" otherwise (docs/ARCHITECTURE.md: a ratio
+    whose interval straddles 1 is never a winner)."""
     r, secs = row[f"items_per_s_{basis}"], row["seconds"]
     per_round = sorted(p / o for o, p in zip(secs[name][basis], secs[other][basis]))  # rates: times inverted
-    lo, hi = per_round[0], per_round[-1]
+    lo, hi = spread(per_round)
     return {"against": other, "ratio_of_medians": r[name]["median"] / r[other]["median"],
-            "per_round_ratio": {"median": statistics.median(per_round), "min": lo, "max": hi},
+            "per_round_ratio": {"median": statistics.median(per_round), "p10": lo, "p90": hi,
+                                "min": per_round[0], "max": per_round[-1]},
             "result": "above" if lo > 1 else "below" if hi < 1 else "within noise"}  # fmt: skip
 
 
@@ -592,7 +627,7 @@ def verdict(row: dict) -> dict[str, Any]:
 
 def print_table(console: Console, results: list[dict], path: Any) -> None:
     for basis in ("wall", "cpu"):
-        tab = Table(title=f"items/s over {basis} time: median [min-max] of interleaved rounds")
+        tab = Table(title=f"items/s over {basis} time: median [10th-90th percentile] of interleaved rounds")
         names = sorted({k for r in results for k in r[f"items_per_s_{basis}"]},
                        key=lambda k: (is_portkern(k), k))  # fmt: skip
         tab.add_column("case")
@@ -602,16 +637,16 @@ def print_table(console: Console, results: list[dict], path: Any) -> None:
             cells = []
             for r in results:
                 v = r[f"items_per_s_{basis}"].get(n)
-                cells.append(f"{v['median']:.3g} [{v['min']:.2g}-{v['max']:.2g}]" if v else "-")
+                cells.append(f"{v['median']:.3g} [{v.get('p10', v['min']):.2g}-{v.get('p90', v['max']):.2g}]" if v else "-")
             tab.add_row(n, *cells)
         console.print(tab)
-        console.print(f"portkern rows, {basis} time: ratio of medians [per-round min-max]")
+        console.print(f"portkern rows, {basis} time: ratio of medians [10th-90th percentile of the per-round ratios]")
         for r in results:
             for name, v in r["verdict"].items():
                 parts = [v[basis]] if basis in v else []
                 parts += [v[k][basis] for k in ("vs_idiomatic_torch", "vs_eager") if k in v]
-                line = "; ".join(f"{c['ratio_of_medians']:.2f}x [{c['per_round_ratio']['min']:.2f}-"
-                                 f"{c['per_round_ratio']['max']:.2f}] vs {c['against']} ({c['result']})"
+                line = "; ".join(f"{c['ratio_of_medians']:.2f}x [{c['per_round_ratio']['p10']:.2f}-"
+                                 f"{c['per_round_ratio']['p90']:.2f}] vs {c['against']} ({c['result']})"
                                  for c in parts)  # fmt: skip
                 console.print(f"  {r['op']} {r['shape'][0]}x{r['shape'][1]} {name}: {line}")
     for r in results:
