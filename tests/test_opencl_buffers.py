@@ -20,7 +20,10 @@ SCAN_LAYOUTS = [(1, 1), (2, 3), (4, 1), (8, 4), (16, 2), (8, 128)]
 #: (reduce_chunk, reduce_vector_width): the GPU shape, chunks shorter than a vector step, longer ones.
 NORM_LAYOUTS = [(0, 1), (1, 8), (7, 4), (100, 16), (4096, 8), (4096, 1)]
 #: (gather_rows_per_item, gather_vector_width).
-GATHER_LAYOUTS = [(0, 1), (1, 1), (3, 2), (16, 4), (5, 16)]
+#: (rows per work-item, vector width, row as one vector): the last is ignored by the GPU shape (rows 0) and by
+#: rows that are not 8, 16, 32 or 64 bytes (gather.cl, PK_GROWVEC).
+GATHER_LAYOUTS = [(0, 1, 0), (1, 1, 0), (3, 2, 0), (16, 4, 0), (5, 16, 0), (0, 1, 1), (1, 1, 1), (3, 2, 1), (16, 4, 1)]
+_GATHER_ID = lambda x: f"rows{x[0]}xvw{x[1]}" + ("-rowvec" if x[2] else "")  # noqa: E731
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
@@ -40,7 +43,7 @@ def _devices() -> list:
 def ocl(request):
     b = get_backend("opencl", request.param)
     knobs = ("scan_vector_width", "scan_vectors_per_item", "reduce_chunk", "reduce_vector_width",
-             "gather_rows_per_item", "gather_vector_width", "gather_prefetch")  # fmt: skip
+             "gather_rows_per_item", "gather_vector_width", "gather_prefetch", "gather_row_vector")  # fmt: skip
     saved = {k: getattr(b, k) for k in knobs}
     yield b
     for k, v in saved.items():  # the instance is shared (registry): leave its knobs as found
@@ -153,12 +156,12 @@ def test_normalize_combines_the_partials_in_the_apply_pass_only_where_they_are_f
     np.testing.assert_array_equal(const, np.zeros(size, np.float32))  # zero spread: 0, never NaN
 
 
-@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=lambda x: f"rows{x[0]}xvw{x[1]}")
-@pytest.mark.parametrize(
-    "row", [(), (3,), (4,), (5,), (17,), (2, 3), (70,)], ids=lambda r: "x".join(map(str, r)) or "scalar"
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_GATHER_ID)
+@pytest.mark.parametrize(  # rows of 8 to 128 bytes: every row vector (uint2 to uint16), and one too long for any
+    "row", [(), (2,), (3,), (4,), (5,), (8,), (16,), (17,), (2, 3), (70,)], ids=lambda r: "x".join(map(str, r)) or "scalar"
 )
 def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
-    ocl.gather_rows_per_item, ocl.gather_vector_width = layout
+    ocl.gather_rows_per_item, ocl.gather_vector_width, ocl.gather_row_vector = layout
     # gather copies bits: float64 needs no cl_khr_fp64
     for dtype in _fitting(ocl, layout[1] if layout[0] else 1, ("float32", "float64")):
         x = rng.standard_normal((300, *row)).astype(dtype)
@@ -169,14 +172,14 @@ def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
             np.testing.assert_array_equal(got, x[idx])
 
 
-@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=lambda x: f"rows{x[0]}xvw{x[1]}")
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_GATHER_ID)
 @pytest.mark.parametrize("bad", [-1, 300, 2**40], ids=["negative", "past-the-end", "far-past"])
 def test_gather_refuses_a_bad_index_in_every_layout_without_a_range_pass(ocl, layout, bad, rng, monkeypatch):
     """The checked kernels test each index as they read it (no range reduction before the launch: a call with
     good indices never runs index_range), flag a bad one among good ones wherever it sits, with or without the
     prefetch of rows ahead (a bad row ahead is clamped, never read), and the public call words the error with
     the range found; the backend op itself raises IndexError."""
-    ocl.gather_rows_per_item, ocl.gather_vector_width = layout
+    ocl.gather_rows_per_item, ocl.gather_vector_width, ocl.gather_row_vector = layout
     _fitting(ocl, layout[1] if layout[0] else 1, ("float32",))  # skips a width this device cannot build
     assert ocl.gather_checks_indices()
     x = rng.standard_normal((300, 4)).astype(np.float32)
@@ -201,11 +204,38 @@ def test_gather_refuses_a_bad_index_in_every_layout_without_a_range_pass(ocl, la
         np.testing.assert_array_equal(ocl.to_host(buffer.gather(x, good, backend=ocl)), x[good])  # flag reset
 
 
+def test_gather_row_vector_copies_a_row_as_one_element_only_where_it_fits(ocl, monkeypatch, rng):
+    """gather_row_vector = 1 builds REAL as the row's own unsigned vector (rows of 8-64 bytes the device's
+    compiler builds) and says so (PK_GROWVEC=1); any other row, or 0, keeps the element copy."""
+    built = []
+    fetch = ocl._kernel
+    monkeypatch.setattr(ocl, "_kernel", lambda f, name, opts: built.append(dict(o[2:].split("=", 1) for o in opts))
+                        or fetch(f, name, opts))  # fmt: skip
+    ocl.gather_rows_per_item, ocl.gather_vector_width, ocl.gather_prefetch = 4, 1, 0
+    cap = ocl.max_vector_bytes
+    cases = [(1, (4,), "float32", "uint4"), (1, (2,), "float64", "uint4"), (1, (2,), "float32", "uint2"),
+             (1, (8,), "float32", "uint8"), (1, (16,), "float32", "uint16" if cap is None or cap >= 64 else "uint"),
+             (1, (3,), "float32", "uint"), (1, (), "float32", "uint"), (0, (4,), "float32", "uint")]  # fmt: skip
+    for rowvec, row, dtype, real in cases:
+        ocl.gather_row_vector = rowvec
+        x = rng.standard_normal((50, *row)).astype(dtype)
+        idx = rng.permutation(50)[:20]
+        built.clear()
+        np.testing.assert_array_equal(ocl.to_host(buffer.gather(x, idx, backend=ocl)), x[idx])
+        (opts,) = [o for o in built if "PK_ROWS" in o]
+        fits = real.startswith("uint") and real != "uint"
+        assert (opts["REAL"], opts["PK_GROWVEC"]) == (real if fits else ("ulong" if dtype == "float64" else "uint"),
+                                                     "1" if fits else "0"), (rowvec, row, dtype)  # fmt: skip
+        if fits:
+            assert opts["PK_ROW_LEN"] == "1"
+
+
 @pytest.mark.parametrize(
     "knob, value",
     [("scan_vector_width", 3), ("scan_vector_width", True), ("scan_vectors_per_item", 0),
      ("scan_vectors_per_item", 2.0), ("reduce_chunk", -1), ("reduce_vector_width", 32),
-     ("gather_rows_per_item", None), ("gather_vector_width", 0)],
+     ("gather_rows_per_item", None), ("gather_vector_width", 0), ("gather_row_vector", 2),
+     ("gather_row_vector", True)],
 )  # fmt: skip
 def test_bad_layout_knob_is_rejected_by_name(ocl, knob, value):
     setattr(ocl, knob, value)
@@ -293,8 +323,9 @@ def test_layout_knobs_default_to_the_tuned_entry_else_the_gpu_shape(ocl, monkeyp
     ) == (1, 1)
     assert ocl._buffer_knob("normalize", "reduce_chunk") == 0
     assert ocl._buffer_knob("gather", "gather_rows_per_item") == 0
-    ocl.gather_prefetch = tuning.TUNED
+    ocl.gather_prefetch = ocl.gather_row_vector = tuning.TUNED
     assert ocl._buffer_knob("gather", "gather_prefetch") == 0
+    assert ocl._buffer_knob("gather", "gather_row_vector") == 0
     entry = {"kernels": {"gae": {"scan_vector_width": 8, "scan_vectors_per_item": 32}}}
     monkeypatch.setattr(d, "sources", [("cache", entry)])
     monkeypatch.setattr(d, "_memo", {})
@@ -355,20 +386,21 @@ def _drive() -> None:
             assert np.allclose(be.to_host(y), npb.normalize(x, 1e-8), rtol=1e-5, atol=1e-6), (chunk, vw)
         for row in ((4,), (3,), (70,)):
             rows = rng.standard_normal((7, *row)).astype(dt)
-            for rpi, vw, pf in ((1, 1, 0), (3, 2, 1), (16, 4, 2)):
+            for rpi, vw, pf, rv in ((1, 1, 0, 0), (3, 2, 1, 0), (16, 4, 2, 0), (1, 1, 0, 1), (3, 1, 1, 1), (16, 1, 2, 1)):
                 be.gather_rows_per_item, be.gather_vector_width, be.gather_prefetch = rpi, vw, pf
+                be.gather_row_vector = rv  # rows of 4 float32 (uint4) and float64 (uint8): one vector each
                 for idt in (np.int64, np.int32):
                     idx = np.array([6, 0, 3, 3, 5], dtype=idt)
                     got = dev(np.zeros((5, *row), dt))
                     be.gather(dev(rows), dev(idx), got)
-                    assert np.array_equal(be.to_host(got), rows[idx]), (row, rpi, vw)
+                    assert np.array_equal(be.to_host(got), rows[idx]), (row, rpi, vw, rv)
                     # A bad index among good ones (and in the prefetch's reach): flagged, never read.
                     for bad in (-1, 7, 2**40):
                         try:
                             be.gather(dev(rows), dev(np.array([6, 0, bad, 3, 5], dtype=np.int64)), got)
                         except IndexError:
                             continue
-                        raise AssertionError(f"index {bad} not refused {(row, rpi, vw, pf)}")
+                        raise AssertionError(f"index {bad} not refused {(row, rpi, vw, pf, rv)}")
     be.synchronize()
     print("ran every layout")
 

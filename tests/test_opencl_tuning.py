@@ -257,7 +257,8 @@ _SHOWN_BY = {
     "gather": {"local_size": ("pk_gather_rows_checked_i32", "local size"),
                "gather_rows_per_item": ("pk_gather_rows_checked_i32", "PK_ROWS"),
                "gather_vector_width": ("pk_gather_rows_checked_i32", "PK_GVW"),
-               "gather_prefetch": ("pk_gather_rows_checked_i32", "PK_GPF")},
+               "gather_prefetch": ("pk_gather_rows_checked_i32", "PK_GPF"),
+               "gather_row_vector": ("pk_gather_rows_checked_i32", "PK_GROWVEC")},
 }  # fmt: skip
 _STEPS = 4  # T of the rollout cases here
 #: A table row unlike the fallback, whose entries tell apart every entry a launch could read.
@@ -265,7 +266,8 @@ _FAMILIES = {"step": {"env_vector_width": 1, "local_size": 32}, "rollout": {"env
              "fused": {"env_vector_width": 1},
              "gae": {"local_size": 128, "scan_vector_width": 4, "scan_vectors_per_item": 2},
              "normalize": {"reduce_wg": 32, "local_size": 16, "reduce_chunk": 256, "reduce_vector_width": 4},
-             "gather": {"local_size": 8, "gather_rows_per_item": 4, "gather_vector_width": 2, "gather_prefetch": 3}}  # fmt: skip
+             "gather": {"local_size": 8, "gather_rows_per_item": 4, "gather_vector_width": 2, "gather_prefetch": 3,
+                        "gather_row_vector": 0}}  # fmt: skip
 #: As a tune run writes them: the host rollout's winner too, which its launches (the step kernel's) do not read.
 _KERNELS = {"step:CartPole-v1": {"env_vector_width": 2, "local_size": 64},
             "rollout:CartPole-v1:host": {"env_vector_width": 4}, "rollout:CartPole-v1:device": {"env_vector_width": 4},

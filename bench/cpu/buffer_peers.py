@@ -67,8 +67,9 @@ SWEEP: dict[str, list[dict[str, int]]] = {
             for w, v in ((1, 1), (8, 32), (8, 128), (8, 512), (16, 64), (16, 256))],
     "normalize": [{"reduce_chunk": 0, "reduce_vector_width": 1}]
     + [{"reduce_chunk": c, "reduce_vector_width": w} for c in (4096, 16384, 65536) for w in (8, 16)],
-    "gather": [{"gather_rows_per_item": 0, "gather_vector_width": 1}]
-    + [{"gather_rows_per_item": r, "gather_vector_width": w} for r in (16, 64, 256) for w in (1, 4)],
+    "gather": [{"gather_rows_per_item": 0, "gather_vector_width": 1, "gather_row_vector": 0}]
+    + [{"gather_rows_per_item": r, "gather_vector_width": w, "gather_row_vector": 0} for r in (16, 64, 256) for w in (1, 4)]
+    + [{"gather_rows_per_item": r, "gather_vector_width": 1, "gather_row_vector": 1} for r in (1, 16, 64)],
 }  # fmt: skip
 SWEEP["discounted_returns"] = SWEEP["gae"]
 #: Tolerances of the check against the reference (float32): the scans are exact on portkern's

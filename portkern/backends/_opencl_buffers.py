@@ -13,6 +13,8 @@ from ._opencl_build import _data
 
 #: Unsigned OpenCL type of each element width: gather copies elements bit for bit.
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+#: gather_row_vector: the unsigned OpenCL vector a row of this many bytes is copied as, one element per row.
+_ROW_VECTORS = {8: "uint2", 16: "uint4", 32: "uint8", 64: "uint16"}
 
 
 class OpenCLBufferOps:
@@ -156,6 +158,7 @@ class OpenCLBufferOps:
     def _gather_launch(self, kernel: str, x: Any, values: dict, b: int, row_len: int) -> None:
         rows = self._buffer_knob("gather", "gather_rows_per_item")
         vw = self._buffer_knob("gather", "gather_vector_width")  # checked even where unused
+        rowvec = self._buffer_knob("gather", "gather_row_vector")  # likewise
         opts: tuple[str, ...] = (f"-DREAL={_BITS_TYPE[x.dtype.itemsize]}",)
         if rows == 0 or row_len == 0:  # the GPU shape: one element per work-item
             k = self._kernel("gather.cl", kernel, opts)
@@ -163,7 +166,15 @@ class OpenCLBufferOps:
             return
         vw = self._width("gather_vector_width", vw, x.dtype)
         pf = self._buffer_knob("gather", "gather_prefetch")
-        opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}", f"-DPK_GPF={pf}")
+        row_bytes = row_len * x.dtype.itemsize
+        cap = self.max_vector_bytes
+        if rowvec and row_bytes in _ROW_VECTORS and (cap is None or row_bytes <= cap):
+            # The whole row as one element (gather.cl, PK_GROWVEC): bits copied as they are, as ever.
+            opts, row_len, vw = (f"-DREAL={_ROW_VECTORS[row_bytes]}",), 1, 1
+            values = {**values, "row_len": 1}
+        else:
+            rowvec = 0
+        opts = (*opts, f"-DPK_ROWS={rows}", f"-DPK_GVW={vw}", f"-DPK_GPF={pf}", f"-DPK_GROWVEC={rowvec}")
         if row_len <= self._GATHER_CONST_ROW:  # short rows: the row length compiled in (gather.cl)
             opts = (*opts, f"-DPK_ROW_LEN={row_len}")
         name = kernel.replace("pk_gather_checked", "pk_gather_rows_checked")

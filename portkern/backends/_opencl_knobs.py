@@ -29,7 +29,8 @@ _FALLBACK_CPU_VW = 16
 #: Layout knobs of the buffer ops without a tuned entry: the GPU shape, i.e. the original kernels (one
 #: element or env per work-item). Never chosen by device type: a CPU gets its layout from tuning.
 _GPU_SHAPE = {"scan_vector_width": 1, "scan_vectors_per_item": 1, "reduce_chunk": 0, "reduce_vector_width": 1,
-              "gather_rows_per_item": 0, "gather_vector_width": 1, "gather_prefetch": 0}  # fmt: skip
+              "gather_rows_per_item": 0, "gather_vector_width": 1, "gather_prefetch": 0,
+              "gather_row_vector": 0}  # fmt: skip
 
 
 class OpenCLKnobs:
@@ -194,6 +195,9 @@ class OpenCLKnobs:
         if name.endswith("vector_width"):
             if isinstance(v, bool) or v not in _VECTOR_WIDTHS:
                 raise ValueError(f"{name}: expected {tuning.TUNED!r}, 1, 2, 4, 8 or 16, got {v!r}")
+        elif name == "gather_row_vector":
+            if isinstance(v, bool) or v not in (0, 1):
+                raise ValueError(f"{name}: expected {tuning.TUNED!r}, 0 (element copies) or 1 (a row as one vector), got {v!r}")
         elif isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "scan_vectors_per_item" else 0):
             least = "a positive int" if name == "scan_vectors_per_item" else "0 (the GPU shape) or a positive int"
             raise ValueError(f"{name}: expected {tuning.TUNED!r} or {least}, got {v!r}")

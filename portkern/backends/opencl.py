@@ -161,6 +161,9 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         self.gather_vector_width: int | str = tuning.TUNED
         #: gather's row layout: prefetch the row this many rows ahead (0: none; OpenCL's prefetch()).
         self.gather_prefetch: int | str = tuning.TUNED
+        #: gather's row layout: 1 copies a row of 8, 16, 32 or 64 bytes as one vector, each work-item's rows
+        #: left unvectorised across work-items (gather.cl, PK_GROWVEC); 0 (and other rows): element copies.
+        self.gather_row_vector: int | str = tuning.TUNED
         fp32 = self.device.single_fp_config
         # OpenCL allows 2.5 ulp float division by default; the reference divides exactly.
         self._fp32_options: tuple[str, ...] = (

@@ -22,9 +22,9 @@ KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "discounted_returns": {"local_size": (None, 64, 256), "scan_vector_width": (1, 8, 16),
                            "scan_vectors_per_item": (1, 32, 128, 512), "block_size": (64, 128, 256, 512, 1024)},
     # OpenCL's row layout: rows per work-item (0: one element per work-item, the GPU shape), vector width,
-    # and how many rows ahead a work-item prefetches (0: none).
+    # how many rows ahead a work-item prefetches (0: none), and whether a row of 8-64 bytes is one vector.
     "gather": {"local_size": (None, 256), "gather_rows_per_item": (0, 1, 4, 16, 64, 256), "gather_vector_width": (1, 2, 4),
-               "gather_prefetch": (0, 16), "block_size": (128, 256, 512)},
+               "gather_prefetch": (0, 16), "gather_row_vector": (0, 1), "block_size": (128, 256, 512)},
     # The reduction's work-group must be a power of two (PK_WG); the apply pass uses local_size.
     # OpenCL's chunk layout: elements per work-item (0: the work-group tree), vector width.
     "normalize": {"reduce_wg": (64, 256), "local_size": (None, 128), "reduce_chunk": (0, 4096, 16384, 65536),
