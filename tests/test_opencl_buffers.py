@@ -19,11 +19,16 @@ from portkern.backends import numpy as npb
 SCAN_LAYOUTS = [(1, 1), (2, 3), (4, 1), (8, 4), (16, 2), (8, 128)]
 #: (reduce_chunk, reduce_vector_width): the GPU shape, chunks shorter than a vector step, longer ones.
 NORM_LAYOUTS = [(0, 1), (1, 8), (7, 4), (100, 16), (4096, 8), (4096, 1)]
-#: (gather_rows_per_item, gather_vector_width).
 #: (rows per work-item, vector width, row as one vector): the last is ignored by the GPU shape (rows 0) and by
 #: rows that are not 8, 16, 32 or 64 bytes (gather.cl, PK_GROWVEC).
 GATHER_LAYOUTS = [(0, 1, 0), (1, 1, 0), (3, 2, 0), (16, 4, 0), (5, 16, 0), (0, 1, 1), (1, 1, 1), (3, 2, 1), (16, 4, 1)]
-_GATHER_ID = lambda x: f"rows{x[0]}xvw{x[1]}" + ("-rowvec" if x[2] else "")  # noqa: E731
+
+
+def _gather_id(x: tuple[int, int, int]) -> str:
+    """A gather layout's test id."""
+    return f"rows{x[0]}xvw{x[1]}" + ("-rowvec" if x[2] else "")
+
+
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
@@ -156,7 +161,7 @@ def test_normalize_combines_the_partials_in_the_apply_pass_only_where_they_are_f
     np.testing.assert_array_equal(const, np.zeros(size, np.float32))  # zero spread: 0, never NaN
 
 
-@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_GATHER_ID)
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_gather_id)
 @pytest.mark.parametrize(  # rows of 8 to 128 bytes: every row vector (uint2 to uint16), and one too long for any
     "row", [(), (2,), (3,), (4,), (5,), (8,), (16,), (17,), (2, 3), (70,)], ids=lambda r: "x".join(map(str, r)) or "scalar"
 )
@@ -172,7 +177,7 @@ def test_gather_every_layout_copies_rows_bit_for_bit(ocl, layout, row, rng):
             np.testing.assert_array_equal(got, x[idx])
 
 
-@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_GATHER_ID)
+@pytest.mark.parametrize("layout", GATHER_LAYOUTS, ids=_gather_id)
 @pytest.mark.parametrize("bad", [-1, 300, 2**40], ids=["negative", "past-the-end", "far-past"])
 def test_gather_refuses_a_bad_index_in_every_layout_without_a_range_pass(ocl, layout, bad, rng, monkeypatch):
     """The checked kernels test each index as they read it (no range reduction before the launch: a call with
@@ -228,6 +233,35 @@ def test_gather_row_vector_copies_a_row_as_one_element_only_where_it_fits(ocl, m
                                                      "1" if fits else "0"), (rowvec, row, dtype)  # fmt: skip
         if fits:
             assert opts["PK_ROW_LEN"] == "1"
+
+
+def test_scalar_arguments_are_declared_once_and_still_change_every_call(ocl, rng, monkeypatch):
+    """A kernel object's scalar dtypes are declared to pyopencl at its first launch (the fast invoker): every
+    argument a launch passes is a buffer or a NumPy scalar (a Python number would have no declared dtype), and a
+    scalar that changes between calls of the same kernel (gamma, eps, gather's stamp) takes its new value."""
+    import pyopencl as cl
+
+    seen = []
+    enqueue = ocl._enqueue
+    monkeypatch.setattr(ocl, "_enqueue", lambda k, gs, ls, args: seen.append(args) or enqueue(k, gs, ls, args))
+    host = _rollout((9, 70), np.float32, rng)
+    for gamma, lam in ((0.99, 0.95), (0.5, 0.8), (0.99, 0.95)):
+        got = buffer.gae(*host, gamma=gamma, lam=lam, backend=ocl)
+        for g, w in zip(got, npb.gae(*host, gamma, lam)):
+            np.testing.assert_array_equal(ocl.to_host(g), w)
+    x = rng.standard_normal(5000).astype(np.float32)
+    for eps in (1e-8, 10.0, 1e-8):
+        want = npb.normalize(x, eps)
+        np.testing.assert_allclose(ocl.to_host(buffer.normalize(x, eps, backend=ocl)), want, rtol=1e-5, atol=1e-6)
+    rows = rng.standard_normal((40, 4)).astype(np.float32)
+    for _ in range(3):  # a new stamp every call: a bad index is still caught after good calls
+        idx = rng.permutation(40)[:17]
+        np.testing.assert_array_equal(ocl.to_host(buffer.gather(rows, idx, backend=ocl)), rows[idx])
+    with pytest.raises(ValueError, match="indices"):
+        buffer.gather(rows, np.array([3, 40]), backend=ocl)
+    assert seen
+    odd = [type(a).__name__ for args in seen for a in args if not isinstance(a, (np.generic, cl.MemoryObjectHolder))]
+    assert not odd, odd
 
 
 @pytest.mark.parametrize(

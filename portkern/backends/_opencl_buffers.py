@@ -50,7 +50,7 @@ class OpenCLBufferOps:
             size = 1 << int(math.log2(most))
             gs, ls = (-(-items // size) * size,), (size,)
         if items > 0:
-            kernel(self.queue, gs, ls, *args)
+            self._enqueue(kernel, gs, ls, args)
 
     def _scan_options(self, op: str, dtype: Any) -> tuple[tuple[str, ...], int]:
         """Build options of gae / discounted_returns and the envs each work-item owns."""
@@ -119,7 +119,7 @@ class OpenCLBufferOps:
             self._launch(chunks, groups, *_abi.pack("pk_normalize_chunks", values, _data, dt))
         else:
             partial = self._kernel("normalize.cl", "pk_normalize_partial", opts)
-            partial(self.queue, (groups * wg,), (wg,), *_abi.pack("pk_normalize_partial", values, _data, dt))
+            self._enqueue(partial, (groups * wg,), (wg,), _abi.pack("pk_normalize_partial", values, _data, dt))
         if chunk and 8 * groups * groups <= n:
             # No finalize launch: every work-item of the apply pass combines the chunks' partials itself. On PoCL
             # a launch costs 0.1-0.2 ms, a fifth of the whole op at 128 x 4,096 (1.24 -> 1.02 ms measured; Intel's
@@ -131,7 +131,7 @@ class OpenCLBufferOps:
             return
         values["stats"] = self._scratch(("normalize", "stats"), (2,), dt)
         finalize = self._kernel("normalize.cl", "pk_normalize_finalize", opts)
-        finalize(self.queue, (wg,), (wg,), *_abi.pack("pk_normalize_finalize", values, _data, dt))
+        self._enqueue(finalize, (wg,), (wg,), _abi.pack("pk_normalize_finalize", values, _data, dt))
         apply = self._kernel("normalize.cl", "pk_normalize_apply", opts)
         self._launch(apply, items, *_abi.pack("pk_normalize_apply", values, _data, dt))
 
@@ -192,7 +192,7 @@ class OpenCLBufferOps:
         k = self._kernel("validate.cl", kernel, (f"-DPK_WG={wg}",))
         names = [arg.name for arg in _abi.declaration(kernel)]  # the array, its outputs, then n
         values = {**dict(zip(names, [a, *bufs])), "n": a.size}
-        k(self.queue, (groups * wg,), (wg,), *_abi.pack(kernel, values, _data))
+        self._enqueue(k, (groups * wg,), (wg,), _abi.pack(kernel, values, _data))
         # Every partial read enqueued before one wait: a blocking read each would pay the driver's
         # round trip per output (two for index_range: on PoCL most of a small gather's time).
         pending = [b.get_async(queue=self.queue) for b in bufs]
