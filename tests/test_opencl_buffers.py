@@ -259,6 +259,21 @@ def test_scalar_arguments_are_declared_once_and_still_change_every_call(ocl, rng
         np.testing.assert_array_equal(ocl.to_host(buffer.gather(rows, idx, backend=ocl)), rows[idx])
     with pytest.raises(ValueError, match="indices"):
         buffer.gather(rows, np.array([3, 40]), backend=ocl)
+    # The env kernels too: a step, and rollouts whose every launch moves the time window (t0, t_count), whose
+    # three data paths must agree step for step.
+    from portkern import step
+    from portkern.policy import RandomPolicy
+
+    rolls = {}
+    for path, spl in (("fused", None), ("fused", 3), ("device", None)):
+        env = step.make("CartPole-v1", num_envs=37, backend=ocl)
+        env.reset(seed=5)
+        env.step(np.ones(37, dtype=np.int64))
+        got = env.rollout(10, RandomPolicy(), path=path, steps_per_launch=spl)
+        rolls[path, spl] = [ocl.to_host(getattr(got, f)).copy() for f in ("obs", "actions", "rewards", "terminated")]
+    for other in list(rolls)[1:]:
+        for a, b in zip(rolls[("fused", None)], rolls[other]):
+            np.testing.assert_array_equal(a, b)
     assert seen
     odd = [type(a).__name__ for args in seen for a in args if not isinstance(a, (np.generic, cl.MemoryObjectHolder))]
     assert not odd, odd
