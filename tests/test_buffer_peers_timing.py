@@ -4,6 +4,7 @@ disturbed round of twenty does not make a clear result "within noise", and three
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -58,3 +59,20 @@ def test_one_disturbed_round_does_not_hide_a_clear_ratio() -> None:
 def test_a_ratio_whose_interval_straddles_one_is_within_noise() -> None:
     assert peers.ratio(_row([1.5] * 17 + [0.5] * 3), "p", "q", "wall")["result"] == "within noise"
     assert peers.ratio(_row([0.6] * 20), "p", "q", "wall")["result"] == "below"
+
+
+def test_rounds_shuffle_the_order_so_no_case_always_follows_the_same_neighbour() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    orders = peers.round_orders(names, 20)
+    assert all(sorted(o) == names for o in orders)  # every case once per round
+    assert orders == peers.round_orders(names, 20)  # seeded: a rerun times the same orders
+    before: dict[str, set[str]] = {n: set() for n in names}
+    for o in orders:
+        for prev, n in itertools.pairwise(o):
+            before[n].add(prev)
+    # A rotation leaves each case behind one neighbour (two at most, across the round's wrap); a shuffle
+    # gives it several.
+    assert all(len(v) >= 3 for v in before.values()), before
+    seen: list[str] = []
+    peers.rounds({n: (lambda n=n: seen.append(n)) for n in names}, repeats=3)
+    assert seen == [n for o in orders[:3] for n in o]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -44,14 +45,30 @@ def machine_info(backends: list[Any]) -> dict[str, Any]:
     return info
 
 
+def round_orders(names: list[str], repeats: int, seed: int = 0) -> list[list[str]]:
+    """The order of ``names`` in each of ``repeats`` rounds: shuffled afresh every round (seeded), as the suite's
+    timing does. A rotation gives every case every position but keeps it behind the same neighbour in nearly
+    every round, so whatever that neighbour leaves behind (its buffers in the caches and TLB, a thread pool it
+    woke, freed pages) lands on the same case each time: a fixed bias that no number of rounds averages out."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(repeats):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
 def interleaved(cases: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
-    """Seconds per call of each case, the cases taking turns in every repeat so that drift in the
-    machine's load (a shared 2-core box) hits all of them alike. Each case is called once untimed first."""
+    """Seconds per call of each case, the cases taking turns in every repeat (in an order shuffled per repeat,
+    :func:`round_orders`) so that drift in the machine's load (a shared 2-core box) and a neighbour's leftovers
+    hit all of them alike. Each case is called once untimed first."""
     for fn in cases.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, fn in cases.items():
+    for order in round_orders(list(cases), repeats):
+        for name in order:
+            fn = cases[name]
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)

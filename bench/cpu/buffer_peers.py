@@ -24,7 +24,7 @@ Peers, each written the way its community writes it, inputs already where each o
 * jax: ``lax.scan(reverse=True)`` under ``jit`` (the purejaxrl pattern), ``jnp`` for normalize/gather.
 
 Every case is checked against the reference before it is timed. Timed rounds interleave all cases
-(the order rotates every round) on this shared machine; each sample is as many synchronised calls,
+(in an order shuffled afresh every round, seeded) on this shared machine; each sample is as many synchronised calls,
 back to back, as last ``--min-round-ms`` (one for an op that takes longer), over their count. A ratio's
 interval is the 10th to 90th percentile of its per-round ratios, as in portkern's reports (min-max kept
 beside it). JAX's gather reads int32 indices (its default without x64) and promises them in bounds.
@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _common import machine_info, write_json
+from _common import machine_info, round_orders, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -411,14 +411,13 @@ def calls_per_round(cases: dict[str, Callable[[], None]], min_round_s: float) ->
 def rounds(cases: dict[str, Callable[[], None]], repeats: int,
            reps: dict[str, int] | None = None) -> dict[str, dict[str, list[float]]]:  # fmt: skip
     """Wall and process-CPU seconds per call of each case per round (a round's ``reps[name]`` calls,
-    back to back, over their count); the order rotates each round, so that neither load drift on the
-    shared machine nor cache state left by a neighbour favours one case."""
+    back to back, over their count); the order is shuffled afresh each round (seeded, ``round_orders``), so that
+    neither load drift on the shared machine nor the state a neighbour leaves favours one case."""
     names = list(cases)
     reps = reps or {}
     out = {n: {"wall": [], "cpu": []} for n in names}
-    for i in range(repeats):
-        k = i % len(names)
-        for n in names[k:] + names[:k]:
+    for order in round_orders(names, repeats):
+        for n in order:
             gc.collect()
             fn, count = cases[n], reps.get(n, 1)
             w, c = time.perf_counter(), time.process_time()
@@ -559,6 +558,8 @@ def main() -> None:
             "lam": LAM,
             "eps": EPS,
             "repeats": args.repeats,
+            "order": "shuffled afresh each round (seeded, _common.round_orders); before 2026-12-04 it rotated, "
+            "which kept each case behind the same neighbour",
             "min_round_s": args.min_round_ms / 1e3,
             "interval": "10th to 90th percentile of the per-round values (portkern's reports' interval); "
             "min and max kept beside it",

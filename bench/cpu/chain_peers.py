@@ -35,8 +35,8 @@ must equal it to 1e-7 (the script fails otherwise); the others' largest differen
 rows drift by far more over T chaotic steps).
 
 Timing: T is chosen per size so that one call of the slowest row (MJX aside: its compile at each T is
-what would dominate) takes about ``--round-s`` (``--steps`` fixes it). Rounds interleave every row (the
-order rotates each round) on this shared machine; each sample is one call. Rates are env steps per second
+what would dominate) takes about ``--round-s`` (``--steps`` fixes it). Rounds interleave every row (in an
+order shuffled afresh each round, seeded) on this shared machine; each sample is one call. Rates are env steps per second
 (N * T per call) over wall time and over the process's CPU time (all its threads: MuJoCo's pool, XLA's,
 PoCL's, Intel's TBB), which load from other jobs disturbs less; medians with the min-max over rounds.
 Each portkern row gets its ratio to the fastest peer (by median) with the per-round ratios' min-max.
@@ -96,7 +96,7 @@ from typing import Any
 
 import mujoco
 import numpy as np
-from _common import machine_info, write_json
+from _common import machine_info, round_orders, write_json
 from mujoco import rollout as mj_rollout
 from rich.console import Console
 from rich.markup import escape
@@ -335,12 +335,13 @@ def mjx_row(model: mujoco.MjModel, start: np.ndarray, skipped: dict[str, str],
 
 # ---- timing -----------------------------------------------------------------------------------
 def rounds(rows: list[Row], repeats: int) -> dict[str, dict[str, list[float]]]:
-    """Wall and process-CPU seconds of each row per round; the order rotates each round, so that
-    neither load drift on the shared machine nor cache state left by a neighbour favours one row."""
+    """Wall and process-CPU seconds of each row per round; the order is shuffled afresh each round (seeded,
+    ``round_orders``), so that neither load drift on the shared machine nor the state a neighbour leaves
+    favours one row."""
     out: dict[str, dict[str, list[float]]] = {r.name: {"wall": [], "cpu": []} for r in rows}
-    for i in range(repeats):
-        k = i % len(rows)
-        for r in rows[k:] + rows[:k]:
+    by_name = {r.name: r for r in rows}
+    for order in round_orders(list(by_name), repeats):
+        for r in (by_name[n] for n in order):
             r.prepare()
             gc.collect()
             w, c = time.perf_counter(), time.process_time()
@@ -516,7 +517,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "machine": dict(machine_info(list(backends.values())), peers=versions(mjx_dtype), loadavg=load,
                             rollout_threads=nthread),
             "settings": {
-                "env": ENV_ID, "frame_skip": FRAME_SKIP, "repeats": repeats, "round_s": args.round_s,
+                "env": ENV_ID, "frame_skip": FRAME_SKIP, "repeats": repeats, "order": "shuffled per round (seeded)", "round_s": args.round_s,
                 "steps": steps if steps is not None and all(t == steps for _, _, t in sizes)
                 else "per size: NxKxT in --sizes, else --steps, else from --round-s (the slowest row's "
                 "call, MJX aside)",
