@@ -379,6 +379,49 @@ def test_cpu_gather_checks_indices_in_its_one_pass(name, monkeypatch):
     assert x.tolist() == torch.arange(20, dtype=torch.float32).reshape(10, 2).tolist()  # x untouched
 
 
+@pytest.mark.parametrize("name", ["torch", "torch_compile"])
+@pytest.mark.parametrize("dtype,row", [(np.float32, (1,)), (np.float32, (2,)), (np.float32, (4,)), (np.float32, (2, 2)),
+                                       (np.float32, (3,)), (np.float32, (8,)), (np.float64, (1,)), (np.float64, (2,))])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_cpu_gather_copies_rows_bit_for_bit_as_one_element_where_they_fit(name, dtype, row, index_dtype, monkeypatch):
+    """Rows of 4, 8 or 16 bytes go through index_select over a 1-D integer/complex view (one element per row);
+    others through the plain call. Either way every bit of every row arrives, signalling NaN payloads included."""
+    b = get_backend(name)
+    g = np.random.default_rng(5)
+    x = g.standard_normal((50, *row)).astype(dtype)
+    bits = x.view(np.uint32 if dtype == np.float32 else np.uint64)
+    bits.reshape(50, -1)[::7, 0] = 0x7F800001 if dtype == np.float32 else 0x7FF0000000000001  # signalling NaNs
+    sources = []
+    real = torch.index_select
+    monkeypatch.setattr(torch, "index_select", lambda src, *a, **k: sources.append(src) or real(src, *a, **k))
+    row_bytes = int(np.prod(row)) * np.dtype(dtype).itemsize
+    # From ops._ROW_AS_ELEMENT_FROM gathered rows (the views' cost paid back), and below it
+    for n, as_one in ((ops._ROW_AS_ELEMENT_FROM, row_bytes in (4, 8, 16)), (ops._ROW_AS_ELEMENT_FROM - 1, False)):
+        idx = g.integers(0, 50, n).astype(index_dtype)
+        sources.clear()
+        got = buffer.gather(torch.from_numpy(x), torch.from_numpy(idx), backend=b)
+        assert got.shape == (n, *row) and got.dtype == torch.from_numpy(x).dtype
+        np.testing.assert_array_equal(got.numpy().view(bits.dtype), bits[idx])
+        (src,) = sources
+        if as_one:
+            assert src.dim() == 1 and src.element_size() == row_bytes and not src.is_floating_point()
+        else:
+            assert tuple(src.shape) == (50, *row)
+
+
+@pytest.mark.parametrize("name", ["torch", "torch_compile"])
+def test_cpu_gather_of_rows_at_an_offset_that_splits_the_view_takes_the_plain_call(name):
+    b = get_backend(name)
+    flat = torch.arange(41, dtype=torch.float32)
+    x = flat[1:].reshape(20, 2)  # storage offset 4 bytes: not a multiple of the 8-byte row
+    n = ops._ROW_AS_ELEMENT_FROM
+    out_flat = torch.full((2 * n + 1,), -1.0)
+    out = out_flat[1:].reshape(n, 2)
+    idx = torch.arange(n) % 20
+    assert buffer.gather(x, idx, backend=b, out=out) is out
+    assert out.tolist() == x[idx].tolist() and out_flat[0].item() == -1.0
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_acrobot_wrap_is_gymnasiums_loop_bit_for_bit_however_far_out(compiled: bool) -> None:
     # One test instead of one per loop iteration, and the loops themselves for what WRAP_UNROLL does not reach.
