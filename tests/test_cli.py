@@ -77,3 +77,14 @@ def test_demo_names_the_devices_found_for_an_unknown_device(capsys):
     assert cli.main(["demo", "--device", "tpu-v9", "--seconds", "0.01"]) == 2
     out, err = capsys.readouterr()
     assert "--device 'tpu-v9': no device of" in err and "devices found: numpy: " in err and out == ""
+
+
+def test_bench_help_gives_the_suites_own_defaults(capsys):
+    from portkern.portability import suite
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert f"(default {suite.ROLLOUT_T}; {suite.QUICK_ROLLOUT_T} with --quick)" in text
+    assert f"(default {suite.ROUNDS}; {suite.QUICK_ROUNDS} with --quick)" in text

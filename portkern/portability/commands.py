@@ -416,7 +416,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help=f"interleaved rounds per group (default {suite.ROUNDS}; {suite.QUICK_ROUNDS} with --quick)")
     p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items (N >= 1)")
     p.add_argument("--rollout-steps", type=int, default=None, metavar="T",
-                   help="steps per rollout of the data-path cases (default 128; 32 with --quick)")
+                   help=f"steps per rollout of the data-path cases (default {suite.ROLLOUT_T}; {suite.QUICK_ROLLOUT_T} "
+                        "with --quick)")  # fmt: skip
     p.add_argument("--machine", default=None, help="label of this machine in reports (default: hostname)")
     p.add_argument("--out", default="out/bench", help="output folder, new or existing (default: out/bench)")
     p.add_argument("--mix", action="append", default=[], help="workload mix: FILE.json or name=kernel:share,...")
