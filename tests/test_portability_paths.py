@@ -256,3 +256,39 @@ def test_a_run_without_rollouts_says_so_and_draws_no_data_paths_plot(tmp_path: P
 def test_rollout_kernels_can_be_workload_phases() -> None:
     assert report.parse_mix("loop=rollout:CartPole-v1:fused:0.7,gae:0.3") == {
         "loop": {"rollout:CartPole-v1:fused": 0.7, "gae": 0.3}}
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax", "opencl"])
+def test_stagger_episodes_spreads_the_truncations_over_the_launches(name):
+    """From a reset every MountainCar env truncates on step 200 at once (no push never reaches the goal); staggered,
+    each env truncates once in any 200 launches and no launch resets more than a few of them."""
+    from portkern.portability.suite.rollouts import make_env, stagger_episodes
+
+    b = get_backend(name)
+    n = 2000
+    env = make_env("MountainCar-v0", n, backend=b, seed=3)
+    env.reset()
+    stagger_episodes(env)
+    counts = np.asarray(b.to_host(env._bufs.steps))
+    assert counts.dtype == np.int32 and counts.min() >= 0 and counts.max() < 200 and len(np.unique(counts)) > 150
+    idle = b.from_host(np.ones(n, np.int32))
+    per_launch = [int(np.asarray(b.to_host(env.step(idle)[3])).sum()) for _ in range(200)]
+    assert sum(per_launch) == n and max(per_launch) <= 40, per_launch
+
+
+@pytest.mark.parametrize("kernel", ["step:MountainCar-v0", "rollout:MountainCar-v0:fused", "rollout:Pendulum-v1:device"])
+def test_suite_cases_time_staggered_episodes_and_still_pass_parity(kernel, monkeypatch):
+    from portkern.portability.suite import cases, rollouts
+
+    staggered = []
+    real = rollouts.stagger_episodes
+    spy = lambda env: staggered.append(env) or real(env)
+    monkeypatch.setattr(cases, "stagger_episodes", spy)
+    monkeypatch.setattr(rollouts, "stagger_episodes", spy)
+    prep = suite.prepare(get_backend("numpy"), kernel, 64, None, 8)
+    assert len(staggered) == 1
+    steps = staggered[0]._bufs.steps
+    assert len(np.unique(steps)) > 32  # spread, not the reset's zeros
+    assert prep.check().status == "pass"
+    assert len(staggered) == 2 and len(np.unique(staggered[1]._bufs.steps)) > 32  # staggered again after the check
+    prep.run()
