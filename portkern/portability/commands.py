@@ -411,7 +411,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"small sizes without the cases that repeat another (listed in results.json), "
                         f"{suite.QUICK_ROUNDS} short interleaved rounds: indicative figures (at most three minutes on 2 "
-                        "quiet cores)")  # fmt: skip
+                        "quiet cores once the compile caches are warm; a first run compiles every program)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=None,
                    help=f"interleaved rounds per group (default {suite.ROUNDS}; {suite.QUICK_ROUNDS} with --quick)")
     p.add_argument("--sizes", default=None, help="override sizes: quick, full or N[,N...] items (N >= 1)")
