@@ -438,3 +438,26 @@ def test_acrobot_wrap_is_gymnasiums_loop_bit_for_bit_however_far_out(compiled: b
         want = reference(x, lo, hi, span)
         got = wrap(torch.from_numpy(x), float(lo), float(hi), float(span)).numpy()
         assert np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize("n", [1, 6, 257])
+@pytest.mark.parametrize("block", ["int", "tensor"])
+def test_cpu_eager_draw_is_the_reference_and_the_tensor_philox_bit_for_bit(n, block, monkeypatch):
+    """Eager on a CPU, ops.draw takes the reference's rng.draw on NumPy views; the words equal the int64 tensor
+    Philox the traced and non-CPU paths run, and the reference's, for uint32 values up to 2**32 - 1."""
+    g = np.random.default_rng(n)
+    seed = int(g.integers(0, 2**32))
+    env = torch.from_numpy(g.integers(0, 2**32, n))
+    episode = torch.from_numpy(g.integers(0, 2**32, n))
+    blk = torch.from_numpy(g.integers(0, 2**32, n)) if block == "tensor" else int(g.integers(0, 2**32))
+    calls = []
+    real = rng.draw
+    monkeypatch.setattr(rng, "draw", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = ops.draw(seed, env, episode, rng.STREAM_RESET, blk)
+    assert calls, "the CPU eager draw did not take the reference's NumPy path"
+    tensor_path = ops.philox4x32((episode, blk, rng.STREAM_RESET, 0), seed, env)
+    want = real(seed, env.numpy(), episode.numpy(), rng.STREAM_RESET, blk.numpy() if block == "tensor" else blk)
+    for w, (a, b) in enumerate(zip(got, tensor_path)):
+        assert a.dtype == torch.int64 and a.shape == (n,)
+        np.testing.assert_array_equal(a.numpy(), torch.as_tensor(b).expand(n).numpy())
+        np.testing.assert_array_equal(a.numpy(), want[:, w].astype(np.int64))
