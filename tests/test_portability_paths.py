@@ -262,13 +262,12 @@ def test_rollout_kernels_can_be_workload_phases() -> None:
 def test_stagger_episodes_spreads_the_truncations_over_the_launches(name):
     """From a reset every MountainCar env truncates on step 200 at once (no push never reaches the goal); staggered,
     each env truncates once in any 200 launches and no launch resets more than a few of them."""
-    from portkern.portability.suite.rollouts import make_env, stagger_episodes
+    from portkern.portability.suite.rollouts import make_env, reset_staggered
 
     b = get_backend(name)
     n = 2000
     env = make_env("MountainCar-v0", n, backend=b, seed=3)
-    env.reset()
-    stagger_episodes(env)
+    reset_staggered(env)
     counts = np.asarray(b.to_host(env._bufs.steps))
     assert counts.dtype == np.int32 and counts.min() >= 0 and counts.max() < 200 and len(np.unique(counts)) > 150
     idle = b.from_host(np.ones(n, np.int32))
@@ -281,10 +280,10 @@ def test_suite_cases_time_staggered_episodes_and_still_pass_parity(kernel, monke
     from portkern.portability.suite import cases, rollouts
 
     staggered = []
-    real = rollouts.stagger_episodes
+    real = rollouts.reset_staggered
     spy = lambda env: staggered.append(env) or real(env)
-    monkeypatch.setattr(cases, "stagger_episodes", spy)
-    monkeypatch.setattr(rollouts, "stagger_episodes", spy)
+    monkeypatch.setattr(cases, "reset_staggered", spy)
+    monkeypatch.setattr(rollouts, "reset_staggered", spy)
     prep = suite.prepare(get_backend("numpy"), kernel, 64, None, 8)
     assert len(staggered) == 1
     steps = staggered[0]._bufs.steps

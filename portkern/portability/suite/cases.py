@@ -19,7 +19,7 @@ from ...backends import Backend, get_backend
 from ..names import env_spec
 from .kernels import KERNELS, ROLLOUT_T
 from .prepared import PARITY_STEPS, SEED, Parity, Prepared, _compare
-from .rollouts import _prepare_rollout, make_env, stagger_episodes, structure_info
+from .rollouts import _prepare_rollout, make_env, reset_staggered, structure_info
 
 BUFFER_T = 128  # rollout length of the [T, N] buffer cases; their size is T*N elements
 GATHER_FEATURES = 4  # row length of the gathered [M, F] array (CartPole's observation)
@@ -47,8 +47,7 @@ def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
     rng = np.random.default_rng(SEED)
     acts = [_host_actions(env_id, n, rng) for _ in range(PARITY_STEPS)]
     dev_acts = b.from_host(acts[0])
-    env.reset()
-    stagger_episodes(env)
+    reset_staggered(env)
 
     def run() -> None:  # the public step, its range check of device actions included
         env.step(dev_acts)
@@ -62,8 +61,7 @@ def _prepare_step(b: Backend, env_id: str, n: int) -> Prepared:
             for name, g, w in zip(("obs", "reward", "terminated", "truncated"), got, want):
                 parts.append((f"step {t} {name}", b.to_host(g), w.copy()))
             parts.append((f"step {t} final_obs", b.to_host(env.final_obs), ref.final_obs.copy()))
-        env.reset()
-        stagger_episodes(env)  # the timed steps start from the staggered episodes again
+        reset_staggered(env)  # the timed steps start from the staggered episodes again
         return _compare(parts)
 
     return Prepared(run, check, n, n * _step_bytes(env_id), "steps", (n,), structure_info(env_spec(env_id)))

@@ -44,13 +44,14 @@ def make_env(env: str, n: int, **options: Any) -> VectorEnv:
     return make(env_id, n, **options, **structure)
 
 
-def stagger_episodes(env: VectorEnv) -> None:
-    """Spread the envs over their episodes: each env's step counter set to a seeded draw in [0, limit), as in
-    a long run whose episodes have drifted apart. From a reset every env truncates on the same step (a random
-    or fixed policy rarely ends MountainCar's, Pendulum's or Acrobot's episodes sooner), so one launch in
-    ``limit`` resets all N at once (torch's MountainCar-v0 step at 16,384 envs: 4.4 ms against 0.28 ms) and a
+def reset_staggered(env: VectorEnv) -> None:
+    """``env.reset()``, then the envs spread over their episodes: each env's step counter set to a seeded draw in
+    [0, limit), as in a long run whose episodes have drifted apart. From a plain reset every env truncates on the
+    same step (a random or fixed policy rarely ends MountainCar's, Pendulum's or Acrobot's episodes sooner), so
+    one launch in ``limit`` resets all N at once (torch's MountainCar-v0 step at 16,384 envs: 4.4 ms against 0.28 ms) and a
     case's rounds caught that launch or not as their launch counts fell: the same case measured 0.36 ms in one
     run and 0.63 ms in the next. Staggered, about N / limit envs reset on every launch, the steady state."""
+    env.reset()
     limit = env.spec.max_episode_steps
     if not limit or limit < 2:
         return
@@ -194,8 +195,7 @@ def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[s
     env = make_env(rk.env, n, backend=b, seed=SEED)
     policy = _policy(rk.policy, rk.env)
     buf = env.rollout_buffer(steps, host=rk.path == "host")  # preallocated: the timing is the rollout only
-    env.reset()
-    stagger_episodes(env)
+    reset_staggered(env)
 
     def run() -> None:  # continues from wherever the previous rollout left the envs (autoreset)
         env.rollout(steps, policy, buf, path=rk.path, steps_per_launch=spl)
@@ -210,8 +210,7 @@ def _prepare_rollout(b: Backend, kernel: str, n: int, steps: int, config: dict[s
         env.reset(seed=SEED)
         run()
         got = _host_copy(b, buf)
-        env.reset()
-        stagger_episodes(env)  # the timed rollouts start from the staggered episodes again
+        reset_staggered(env)  # the timed rollouts start from the staggered episodes again
         exact = bench_class(b.name).exact_paths
         return _compare_paths(got, _host_reference(b, rk, n, steps), env_spec(rk.env).is_discrete,
                               exact=rk.policy == "random" and exact, drift=not exact)  # fmt: skip
