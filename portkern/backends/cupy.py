@@ -82,6 +82,10 @@ class CupyBackend(CudaKernels):
                 "cuda_driver": version_text(rt.driverGetVersion()),
                 "cuda_runtime": version_text(rt.runtimeGetVersion()), "cupy": cupy.__version__}  # fmt: skip
 
+    def device_kind(self) -> str:
+        # CuPy drives CUDA (or HIP) devices only: GPUs, integrated ones included.
+        return "gpu"
+
     def memory_limits(self) -> tuple[int | None, int | None]:
         # CUDA has no per-allocation limit below the device's memory; total is what cudaMemGetInfo says.
         _free, total = self._device.mem_info

@@ -127,6 +127,10 @@ class NumbaBackend(Backend):
                 info["cuda_versions"] = one_line(exc)
         return info
 
+    def device_kind(self) -> str:
+        # Numba-CUDA drives CUDA GPUs; its simulator runs on the host (reports mark it "simulator").
+        return "cpu" if self.simulator else "gpu"
+
     def synchronize(self) -> None:
         cuda.synchronize()
 

@@ -176,6 +176,12 @@ class TorchBackend(Backend):
                 "torch_device": str(self.device), "torch_threads": str(torch.get_num_threads()),
                 **_versions()}  # fmt: skip
 
+    def device_kind(self) -> str:
+        """From the tensor device's type: "cpu" on the host, "gpu" for cuda (ROCm too), xpu and mps,
+        "accelerator" for any other (a backend such as "hpu" or "privateuseone")."""
+        kind = self.device.type
+        return "cpu" if kind == "cpu" else "gpu" if kind in ("cuda", "xpu", "mps") else "accelerator"
+
     def synchronize(self) -> None:
         kind = self.device.type
         if kind in ("cuda", "xpu"):
