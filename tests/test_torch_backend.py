@@ -217,6 +217,20 @@ def test_buffer_ops_reject_bad_tensors_naming_the_argument():
         buffer.normalize(r.t())
 
 
+@pytest.mark.parametrize(("device_type", "finished", "resets"), [("cpu", [], 1), ("cuda", [], 0), ("cuda", [3], 1)])
+def test_compiled_autoreset_skips_an_empty_reset_on_a_gpu(compiled, monkeypatch, device_type, finished, resets):
+    """Inductor's Triton launcher divides by zero on an empty unbacked size (PyTorch 2.11, the first
+    H200 run): on a GPU, no env finished means no reset call; the CPU keeps the empty call, which
+    compiles the reset on the first step."""
+    calls = []
+    monkeypatch.setattr(compiled, "_reset_some", lambda *a: calls.append(a[4].tolist()))
+    monkeypatch.setattr(compiled, "device", torch.device(device_type))
+    flags = torch.zeros(6, dtype=torch.bool)
+    flags[finished] = True
+    compiled._autoreset(None, None, flags, None, 0, False)
+    assert len(calls) == resets and all(c == finished for c in calls)
+
+
 def test_rollout_rejects_an_mlp_of_the_wrong_size(tb):
     env = step.make("CartPole-v1", 8, backend="torch")
     env.reset()

@@ -146,9 +146,15 @@ class TorchCompileBackend(TorchBackend):
                   bufs.terminated, bufs.truncated, p._values, max_steps)  # fmt: skip
 
     def _autoreset(self, spec, bufs, finished, p, seed, next_step) -> None:
-        # Called with no env finished too (a no-op): it then compiles on the first step, like the
-        # step itself, rather than whenever an episode first ends, inside someone's timed loop.
-        self._reset_some(spec, bufs, p, seed, torch.nonzero(finished)[:, 0], next_step)
+        # On the CPU, called with no env finished too (a no-op): it then compiles on the first step, like
+        # the step itself, rather than whenever an episode first ends, inside someone's timed loop.
+        # On a GPU an empty reset is skipped: Inductor's Triton launcher divides by zero on an empty
+        # unbacked size (PyTorch 2.11 on an H200: "ZeroDivisionError" from the launcher of the first step,
+        # where no env had finished; pytorch/pytorch#178878 fixes it). The count is on the host already
+        # (nonzero synchronised), so the test costs nothing.
+        idx = torch.nonzero(finished)[:, 0]
+        if idx.numel() or self.device.type == "cpu":
+            self._reset_some(spec, bufs, p, seed, idx, next_step)
 
     def _reset_some(self, spec, bufs, p, seed, idx, next_step) -> None:
         # The number of finished envs changes every step: unbacked, so Dynamo neither recompiles
