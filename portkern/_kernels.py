@@ -127,3 +127,10 @@ def source_hash(source: str, options: tuple[str, ...] = ()) -> str:
     for opt in options:
         h.update(b"\0" + opt.encode())
     return h.hexdigest()[:16]
+
+
+def mlp_width_option(kind: int, hidden: int, prefix: str = "-D") -> tuple[str, ...]:
+    """The build option that fixes an MLP policy's hidden width in the kernels (PK_MLP_HIDDEN of pk_policy.h
+    and pk_policy.cuh): the hidden layers' accumulators then live in registers, not in per-thread arrays of
+    the widest width; one build per width in use. None for the random policy (kind 0)."""
+    return (f"{prefix}PK_MLP_HIDDEN={int(hidden)}",) if kind == 1 else ()

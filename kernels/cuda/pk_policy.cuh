@@ -26,18 +26,58 @@ __device__ __forceinline__ void pk_mlp_layer(const float *__restrict__ w, const 
     }
 }
 
+#ifdef PK_MLP_HIDDEN
+// The same layer with its width OUT fixed at compile time, for the hidden layers when the host builds
+// with PK_MLP_HIDDEN (the policy's hidden width; one build per width). The loop over inputs runs
+// outside, the OUT accumulators inside, unrolled: they live in registers, each input is read once
+// and each weight row is contiguous. Every acc[j] still starts at 0 and adds x[k] * W[k, j] in index
+// order, then the bias: the same rounding as pk_mlp_layer. Without it, the per-thread activations
+// sit in local memory (ptxas: a 512-byte stack frame in every env's rollout kernel), read
+// hidden x hidden times a step; the first H200 run's MLP rollouts were ~90x slower than the random
+// policy's. (Unrolling both loops of pk_mlp_layer instead keeps everything in registers but took
+// NVRTC 39 s per env kernel at width 64.)
+template <bool TANH, int OUT>
+__device__ __forceinline__ void pk_mlp_layer_fixed(const float *__restrict__ w, const float *__restrict__ b,
+                                                   const float *x, int in, float *y) {
+    float acc[OUT];
+#pragma unroll
+    for (int j = 0; j < OUT; ++j) acc[j] = 0.0f;
+    for (int k = 0; k < in; ++k) {
+        const float xk = x[k];
+        const float *row = w + k * OUT;
+#pragma unroll
+        for (int j = 0; j < OUT; ++j) acc[j] = acc[j] + xk * __ldg(row + j);
+    }
+#pragma unroll
+    for (int j = 0; j < OUT; ++j) {
+        const float a = acc[j] + __ldg(b + j);
+        y[j] = TANH ? tanhf(a) : a;
+    }
+}
+#endif
+
 // policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std [1] (MLPPolicy.flat).
 __device__ __forceinline__ void pk_mlp(const float *__restrict__ policy, int hidden, int in, int out, const float *x,
                                        float *y) {
+#ifdef PK_MLP_HIDDEN
+    hidden = PK_MLP_HIDDEN;  // the host builds with the width it launches with
+    float h1[PK_MLP_HIDDEN], h2[PK_MLP_HIDDEN];
+#else
     float h1[PK_MLP_MAX], h2[PK_MLP_MAX];
+#endif
     const float *w1 = policy;
     const float *b1 = w1 + in * hidden;
     const float *w2 = b1 + hidden;
     const float *b2 = w2 + hidden * hidden;
     const float *w3 = b2 + hidden;
     const float *b3 = w3 + hidden * out;
+#ifdef PK_MLP_HIDDEN
+    pk_mlp_layer_fixed<true, PK_MLP_HIDDEN>(w1, b1, x, in, h1);
+    pk_mlp_layer_fixed<true, PK_MLP_HIDDEN>(w2, b2, h1, hidden, h2);
+#else
     pk_mlp_layer<true>(w1, b1, x, in, hidden, h1);
     pk_mlp_layer<true>(w2, b2, h1, hidden, hidden, h2);
+#endif
     pk_mlp_layer<false>(w3, b3, h2, hidden, out, y);
 }
 

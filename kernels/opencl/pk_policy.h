@@ -31,18 +31,55 @@ inline void pk_mlp_layer(__global const float *w, __global const float *b, const
     }
 }
 
+#ifdef PK_MLP_HIDDEN
+/* The same layer with its width fixed at compile time, for the hidden layers when the host builds with
+ * PK_MLP_HIDDEN (the policy's hidden width; one build per width): the loop over inputs outside, the
+ * PK_MLP_HIDDEN accumulators inside, unrolled, so they can live in registers and each input is read
+ * once. Every acc[j] still starts at 0 and adds x[k] * W[k, j] in index order, then the bias: the same
+ * rounding as pk_mlp_layer. On CUDA the run-time-width arrays sit in local memory (ptxas: a 512-byte
+ * frame per rollout kernel; the first H200 run's MLP rollouts ~90x slower than the random policy's). */
+inline void pk_mlp_layer_fixed(__global const float *w, __global const float *b, const FV *x, int in,
+                               FV *y)
+{
+    FV acc[PK_MLP_HIDDEN];
+#pragma unroll
+    for (int j = 0; j < PK_MLP_HIDDEN; ++j)
+        acc[j] = (FV)(0.0f);
+    for (int k = 0; k < in; ++k) {
+        const FV xk = x[k];
+        __global const float *row = w + k * PK_MLP_HIDDEN;
+#pragma unroll
+        for (int j = 0; j < PK_MLP_HIDDEN; ++j)
+            acc[j] = acc[j] + xk * row[j];
+    }
+#pragma unroll
+    for (int j = 0; j < PK_MLP_HIDDEN; ++j)
+        y[j] = tanh(acc[j] + b[j]);
+}
+#endif
+
 /* policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std [1] (MLPPolicy.flat). */
 inline void pk_mlp(__global const float *policy, int hidden, int in, int out, const FV *x, FV *y)
 {
+#ifdef PK_MLP_HIDDEN
+    hidden = PK_MLP_HIDDEN; /* the host builds with the width it launches with */
+    FV h1[PK_MLP_HIDDEN], h2[PK_MLP_HIDDEN];
+#else
     FV h1[PK_MLP_MAX], h2[PK_MLP_MAX];
+#endif
     __global const float *w1 = policy;
     __global const float *b1 = w1 + in * hidden;
     __global const float *w2 = b1 + hidden;
     __global const float *b2 = w2 + hidden * hidden;
     __global const float *w3 = b2 + hidden;
     __global const float *b3 = w3 + hidden * out;
+#ifdef PK_MLP_HIDDEN
+    pk_mlp_layer_fixed(w1, b1, x, in, h1);
+    pk_mlp_layer_fixed(w2, b2, h1, hidden, h2);
+#else
     pk_mlp_layer(w1, b1, x, in, hidden, 1, h1);
     pk_mlp_layer(w2, b2, h1, hidden, hidden, 1, h2);
+#endif
     pk_mlp_layer(w3, b3, h2, hidden, out, 0, y);
 }
 

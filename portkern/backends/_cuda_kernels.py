@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import _abi
-from .._kernels import load_source, missing_source
+from .._kernels import load_source, missing_source, mlp_width_option
 from ..envs.base import EnvSpec
 from ._cuda_common import MAX_PARTIALS
 from .base import AUTORESET_MODES, Backend, EnvBuffers
@@ -75,6 +75,15 @@ class CudaKernels(Backend):
 
         return self._cache("kernels", (filename, kernel, np.dtype(dtype).str, extra), fetch)
 
+    #: Build MLP policies' kernels for their hidden width (pk_policy.cuh's PK_MLP_HIDDEN: the hidden layers'
+    #: accumulators in registers, not the 512-byte local-memory frame of the run-time width), one build
+    #: per width in use. False: the run-time-width build every policy shares (the benchmark's labelled
+    #: comparison row). The same results either way.
+    fixed_mlp_width: bool = True
+
+    def _mlp_width(self, kind: int, hidden: int) -> tuple[str, ...]:
+        return mlp_width_option(kind, hidden) if self.fixed_mlp_width else ()
+
     def _launch(self, fn: Any, work_items: int, args: tuple, block: int | None = None) -> None:
         block = block or self.block_size
         if work_items > 0:
@@ -109,7 +118,7 @@ class CudaKernels(Backend):
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps = out.steps
         name = _abi.env_entry(spec.kernel, "rollout")
-        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options)
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options + self._mlp_width(policy.kind, hidden))
         pack = _abi.packer(name, _same, params.dtype)
         args = list(pack({**_abi.rollout_values(out), "params": self._device_params(params),
                           "policy": policy_params, "policy_kind": policy.kind, "hidden": hidden, "seed": seed,
@@ -124,7 +133,7 @@ class CudaKernels(Backend):
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = self._empty((n, out_dim), np.float32)
-        fn = self._kernel("mlp.cu", "pk_mlp_forward", obs.dtype)
+        fn = self._kernel("mlp.cu", "pk_mlp_forward", obs.dtype, self._mlp_width(1, hidden))
         values = {"policy": policy_params, "hidden": hidden, "obs_dim": d, "out_dim": out_dim, "obs": obs,
                   "out": out, "n": n}  # fmt: skip
         self._launch(fn, n, _abi.pack("pk_mlp_forward", values, _same, obs.dtype))

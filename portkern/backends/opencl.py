@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _abi, tuning
 from .._kernels import missing_source as _missing_source
+from .._kernels import mlp_width_option
 from ..envs.base import EnvSpec
 from . import _opencl_drivers
 from .base import AUTORESET_MODES, Backend, EnvBuffers, Probe
@@ -350,7 +351,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         self._sized(n)
         opts, vw = self._env_options(dt, bench_name, "fused")
         name = _abi.env_entry(spec.kernel, "rollout")
-        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options))
+        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options, *self._mlp_width(policy.kind, hidden)))
         # Arguments are packed once; each launch only moves the time window (t0, t_count). Every launch sets
         # them through the declared-dtype invoker (_enqueue): 10-15 us a launch, where pyopencl's set_arg of one
         # NumPy scalar alone took 16 us (two per launch, on the device path's one launch per step).
@@ -365,12 +366,19 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
             args[i_t0], args[i_count] = np.int32(t0), np.int32(min(steps_per_launch, steps - t0))
             self._enqueue(k, gs, ls, tuple(args))
 
+    #: Build MLP policies' kernels for their hidden width (pk_policy.h's PK_MLP_HIDDEN), one build per width
+    #: in use; False: the run-time-width build every policy shares. The same results either way.
+    fixed_mlp_width: bool = True
+
+    def _mlp_width(self, kind: int, hidden: int) -> tuple[str, ...]:
+        return mlp_width_option(kind, hidden) if self.fixed_mlp_width else ()
+
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = self._empty((n, out_dim), np.float32)
         self._sized(n)
         opts, vw = self._env_options(obs.dtype, None, "rollout")  # the per-step paths' MLP
-        k = self._kernel("mlp.cl", "pk_mlp_forward", opts)
+        k = self._kernel("mlp.cl", "pk_mlp_forward", (*opts, *self._mlp_width(1, hidden)))
         values = {"policy": policy_params, "hidden": hidden, "obs_dim": d, "out_dim": out_dim, "obs": obs,
                   "out": out, "n": n}  # fmt: skip
         self._launch(k, -(-n // vw), *_abi.pack("pk_mlp_forward", values, _data, obs.dtype))
