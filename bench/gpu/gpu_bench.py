@@ -33,7 +33,15 @@ GAE_BYTES_PER_ELEMENT = 22
 #: Rollout envs and data paths, in the order they are measured (the most wanted first, so a run cut
 #: short by its time budget still has them).
 ROLLOUT_ENVS = ("CartPole-v1", "Acrobot-v1")
-ROLLOUT_PATHS = ("fused", "device", "fused_mlp", "host")  # device-resident paths share one env
+#: fused_mlp_run_time_width: the MLP kernel built without its width (the kernel backends' fixed_mlp_width
+#: off), a labelled comparison row beside fused_mlp, the default build (bench/cpu/mlp_width.py on CPUs).
+ROLLOUT_PATHS = (
+    "fused",
+    "device",
+    "fused_mlp",
+    "fused_mlp_run_time_width",
+    "host",
+)  # device paths share one env
 
 
 def _device(name: str) -> str | None:
@@ -218,7 +226,10 @@ def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, 
     """
     be = get_backend(name, _device(name))
     spec = ENVS[env_id]
-    mlp = path == "fused_mlp"
+    run_time_width = path == "fused_mlp_run_time_width"
+    if run_time_width and not hasattr(be, "fixed_mlp_width"):
+        return {"not_applicable": f"{name} builds no MLP kernel (the policy runs in its framework's ops)"}
+    mlp = path.startswith("fused_mlp")
     data_path = "fused" if mlp else path
     key = (name, env_id, n, data_path == "host")
     if key not in _ROLLOUT_ENVS:  # one env and buffer per (backend, env, N), shared by its paths
@@ -229,18 +240,26 @@ def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, 
         _ROLLOUT_ENVS[key] = (env, _rollout_buffer(env, steps, host=data_path == "host"))
     env, buf = _ROLLOUT_ENVS[key]
     policy = MLPPolicy.init(spec, hidden=64, seed=0) if mlp else RandomPolicy()
-    t0 = time.perf_counter()
-    env.rollout(2, policy, path=data_path)  # compile and warm up outside the timed region
-    be.synchronize()
-    warm = time.perf_counter() - t0
-    # The host path is slow (NumPy's policy at N envs per step): one timed run; the others best of 3.
-    rounds = 1 if data_path == "host" else 3
-    sec = _timed(lambda: env.rollout(steps, policy, buf, path=data_path), be.synchronize, reps=1, rounds=rounds,
-                 warmup=False)  # fmt: skip
+    builds = hasattr(be, "fixed_mlp_width")
+    if builds:
+        be.fixed_mlp_width = not run_time_width  # both builds stay cached; the default is restored below
+    try:
+        t0 = time.perf_counter()
+        env.rollout(2, policy, path=data_path)  # compile and warm up outside the timed region
+        be.synchronize()
+        warm = time.perf_counter() - t0
+        # The host path is slow (NumPy's policy at N envs per step): one timed run; the others best of 3.
+        rounds = 1 if data_path == "host" else 3
+        sec = _timed(lambda: env.rollout(steps, policy, buf, path=data_path), be.synchronize, reps=1,
+                     rounds=rounds, warmup=False)  # fmt: skip
+    finally:
+        if builds:
+            be.fixed_mlp_width = True
     env_steps = n * steps
     rate = env_steps / sec
     out = {"backend": name, "device": be.device_name, "env": env_id, "path": data_path,
            "policy": f"mlp(hidden={policy.hidden})" if mlp else "random", "num_envs": n, "T": steps,
+           "mlp_build": ("run-time width" if run_time_width else "width") if mlp else None,
            "seconds_per_rollout": sec, "env_steps_per_s": rate, "gpu_hours_per_billion_steps": 1e9 / rate / 3600,
            "compile_and_warmup_s": warm, "terminated_fraction": float(np.mean(_host(be, buf.terminated)))}  # fmt: skip
     return out
@@ -320,7 +339,9 @@ def main() -> None:
         default=16,
         help="the host path runs the NumPy policy every step: a smaller N keeps it to seconds",
     )
-    ap.add_argument("--chain-n-log2", type=int, default=20, help="Chain-v0 envs (log2) of the chain_step sections")
+    ap.add_argument(
+        "--chain-n-log2", type=int, default=20, help="Chain-v0 envs (log2) of the chain_step sections"
+    )
     ap.add_argument("--chain-steps", type=int, default=20)
     ap.add_argument(
         "--budget-s",
@@ -343,13 +364,27 @@ def main() -> None:
     section(results, "copy_bandwidth", lambda: copy_bandwidth(args.copy_mib << 20))
     ceiling = results["copy_bandwidth"].get("bytes_per_s")
     save()
-    for name in BACKENDS:
-        section(
-            results,
-            f"cartpole_step_{name}",
-            lambda name=name: cartpole_step(name, 1 << args.envs_log2, args.steps, ceiling),
-        )
-        save()
+
+    def steps(names: tuple[str, ...]) -> None:
+        for name in names:
+            section(results, f"cartpole_step_{name}",
+                    lambda name=name: cartpole_step(name, 1 << args.envs_log2, args.steps, ceiling))  # fmt: skip
+            save()
+
+    def rollouts(env_id: str, names: tuple[str, ...]) -> None:
+        for name in names:
+            for data_path in ROLLOUT_PATHS:
+                n_log2 = args.rollout_host_n_log2 if data_path == "host" else args.rollout_n_log2
+                section(results, f"rollout_{env_id.split('-')[0].lower()}_{data_path}_{name}",
+                        lambda name=name, env_id=env_id, p=data_path, n=1 << n_log2: rollout(
+                            name, env_id, p, n, args.rollout_t))  # fmt: skip
+                save()
+
+    # The order puts what a run cut short by --budget-s most needs first: the CartPole rollouts (with the
+    # MLP builds' pair) before GAE, and torch_compile, whose compiles take ~15 s each, after the others.
+    eager = tuple(b for b in BACKENDS if b != "torch_compile")
+    steps(eager)
+    rollouts(ROLLOUT_ENVS[0], eager)
     for name in BACKENDS:
         section(
             results, f"gae_{name}", lambda name=name: gae(name, args.gae_t, 1 << args.gae_n_log2, ceiling)
@@ -357,24 +392,21 @@ def main() -> None:
         save()
     section(results, "zero_copy_torch", zero_copy)
     save()
-    for env_id in ROLLOUT_ENVS:
-        for name in BACKENDS:
-            for data_path in ROLLOUT_PATHS:
-                n_log2 = args.rollout_host_n_log2 if data_path == "host" else args.rollout_n_log2
-                section(
-                    results,
-                    f"rollout_{env_id.split('-')[0].lower()}_{data_path}_{name}",
-                    lambda name=name, env_id=env_id, p=data_path, n=1 << n_log2: rollout(
-                        name, env_id, p, n, args.rollout_t
-                    ),
-                )
-                save()
+    steps(("torch_compile",))
+    rollouts(ROLLOUT_ENVS[0], ("torch_compile",))
+    for env_id in ROLLOUT_ENVS[1:]:
+        rollouts(env_id, BACKENDS)
     _ROLLOUT_ENVS.clear()
     # Chain-v0 last (each K is its own build on every backend): stepping where the physics is the bill.
     for links in (3, 10):
         for name in BACKENDS:
-            section(results, f"chain_step_k{links}_{name}",
-                    lambda name=name, links=links: chain_step(name, 1 << args.chain_n_log2, links, args.chain_steps))
+            section(
+                results,
+                f"chain_step_k{links}_{name}",
+                lambda name=name, links=links: chain_step(
+                    name, 1 << args.chain_n_log2, links, args.chain_steps
+                ),
+            )
             save()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     save()
