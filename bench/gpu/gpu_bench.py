@@ -353,7 +353,8 @@ def main() -> None:
     _DEADLINE[0] = time.perf_counter() + args.budget_s
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpu_bench.json")
-    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    # The schema tells `portkern report` this file from bench runs and training files.
+    results: dict[str, Any] = {"schema": "portkern-gpu-bench/1", "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
     def save() -> None:
         with open(path, "w") as fh:

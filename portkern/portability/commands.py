@@ -325,6 +325,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         if trains:
             raise ValueError(f"--compare: compares two bench runs; {', '.join(trains)} is a training file (report it "
                              "without --compare)")  # fmt: skip
+        gpu = [r for r in args.runs if report.gpu_bench.is_gpu_bench_file(r)]
+        if gpu:
+            raise ValueError(f"--compare: compares two bench runs; {', '.join(gpu)} is a GPU measurement file "
+                             "(bench/gpu/gpu_bench.py: report it without --compare)")  # fmt: skip
         if len(args.runs) != 2:
             raise ValueError(f"--compare: expected two run files, got {len(args.runs)}")
         out = Path(args.out)

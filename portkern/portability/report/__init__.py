@@ -4,7 +4,7 @@ paths and re-tune penalties.
 
 Modules, lowest first: format (figures as text), definitions, mixes, rounds (per-round arithmetic), sections
 (spectrum, data paths, re-tune), crossdevice (devices side by side, prices), summary, model (:func:`build`),
-render (report.md), plots, compare (two runs), files (:func:`write`).
+render (report.md), plots, compare (two runs), gpu_bench (bench/gpu/gpu_bench.py's figures), files (:func:`write`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...runs import Record, Run, load_run, merge
 from ..names import KERNEL_ORDER, functional_kernel, rollout_parts
 from ..training.mixes import check_mixes
+from . import gpu_bench
 from .compare import compare, compare_markdown, write_comparison
 from .crossdevice import cross_device, parse_prices
 from .definitions import DEFINITIONS
@@ -26,6 +27,7 @@ from .sections import data_paths, retune, spectrum
 from .summary import summary
 
 __all__ = [
+    "gpu_bench",
     "CROSS_DEVICE_TITLE", "DATA_PATHS_TITLE", "DEFAULT_MIXES", "DEFAULT_MIXES_SOURCE", "DEFAULT_MIXES_SOURCES", "DEFINITIONS",
     "KERNEL_ORDER", "MIXES_FILE", "MIXES_FILES",
     "REPORT_SCHEMA", "SUMMARY_TITLE", "Record", "Run", "_compare", "build", "build_all", "check_mixes", "compare",

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from ...runs import load_run, merge
 from .. import training
+from . import gpu_bench
 from .crossdevice import policy_costs
 from .format import _json_default
 from .model import REPORT_SCHEMA, build
@@ -21,10 +22,23 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
               prices: Sequence[str] | Mapping[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
     """The report of any mix of bench run files and training files (told apart by the training file's
     ``schema``); training files add the ``training`` section, and alone make a report of it only."""
-    kinds = [training.is_train_file(p) for p in paths]
-    runs = [load_run(p) for p, t in zip(paths, kinds) if not t]
-    trains = [(str(p), training.load_train(p)) for p, t in zip(paths, kinds) if t]
+    gpu = [str(p) for p in paths if gpu_bench.is_gpu_bench_file(p)]
+    rest = [p for p in paths if str(p) not in gpu]
+    kinds = [training.is_train_file(p) for p in rest]
+    runs = [load_run(p) for p, t in zip(rest, kinds) if not t]
+    trains = [(str(p), training.load_train(p)) for p, t in zip(rest, kinds) if t]
     tr = training.summarise(trains) if trains else None
+    rep = _build(paths, runs, trains, tr, mixes, prices)
+    if gpu:
+        rep["gpu_bench"] = gpu_bench.summarise(gpu)
+        rep["sources"] = [str(p) for p in paths]
+    return rep
+
+
+def _build(paths: Sequence[str | Path], runs: list[Any], trains: list[tuple[str, dict[str, Any]]],
+           tr: dict[str, Any] | None, mixes: Mapping[str, Mapping[str, float]] | None,
+           prices: Sequence[str] | Mapping[str, float] | None) -> dict[str, Any]:  # fmt: skip
+    """The report of the bench runs and training files (build_all adds the GPU measurements)."""
     if runs:
         rep = build(merge(runs), mixes, prices)
         if tr is not None:
@@ -39,7 +53,8 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
         return rep
     machines = sorted({str(d["host"].get("machine", "?")) for _, d in trains})
     return {"schema": REPORT_SCHEMA, "sources": [str(p) for p in paths], "machines": ", ".join(machines),
-            "quick": [], "runs": {}, "definitions": dict(training.DEFINITIONS), "training": tr}  # fmt: skip
+            "quick": [], "runs": {}, "definitions": dict(training.DEFINITIONS) if trains else {},
+            "training": tr}  # fmt: skip
 
 
 def write(run_paths: list[str], out_dir: str | Path, mixes: Mapping[str, Mapping[str, float]] | None = None,

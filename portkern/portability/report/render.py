@@ -6,6 +6,7 @@ import json
 from typing import Any, Mapping
 
 from .. import training
+from . import gpu_bench
 from ..names import PATHS, STACK_CLASSES
 from .format import host_once, _cell, _fmt, _span, _table, _verdict_text, _with, _x
 
@@ -13,8 +14,9 @@ from .format import host_once, _cell, _fmt, _span, _table, _verdict_text, _with,
 def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """The tables a person reads first (also printed by the CLI): summary, functional matrix, ratios, PP."""
     tables: dict[str, tuple[list[str], list[list[str]]]] = {}
-    if "functional" not in rep:  # training files only
-        return training_tables(rep)
+    gpu = gpu_bench.tables(rep["gpu_bench"]) if rep.get("gpu_bench") else {}
+    if "functional" not in rep:  # training files or GPU measurements only
+        return {**training_tables(rep), **gpu}
     cols = list(rep["functional"])
     fkernels = rep.get("functional_kernels", rep["kernels"])
     if rep.get("summary"):
@@ -52,6 +54,7 @@ def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]
     if rep.get("data_paths", {}).get("rows"):
         tables[DATA_PATHS_TITLE] = data_paths_table(rep)
     tables.update(training_tables(rep))
+    tables.update(gpu)
     return tables
 
 
@@ -62,12 +65,19 @@ def training_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list
 
 
 def _training_only_markdown(rep: dict[str, Any]) -> str:
+    if not rep.get("training"):  # GPU measurements (bench/gpu/gpu_bench.py) only
+        out = ["# portkern portability report", "", f"GPU measurement files: {', '.join(rep['sources'])}. No bench "
+               "runs or training files among the inputs: this report has the GPU measurements only."]  # fmt: skip
+        out += gpu_bench.markdown(rep["gpu_bench"])
+        return "\n".join(out) + "\n"
     out = ["# portkern portability report", "", f"Training files: {', '.join(rep['sources'])} (machines: "
            f"{rep['machines']}). No bench runs among the inputs: this report has the training section only.", ""]
     found = training.finding(rep["training"])
     if found:
         out += [f"## {SUMMARY_TITLE}", "", f"1. **{found['title']}**: {found['text']}", ""]
     out += training.markdown(rep["training"])
+    if rep.get("gpu_bench"):
+        out += gpu_bench.markdown(rep["gpu_bench"])
     out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
@@ -318,6 +328,8 @@ def markdown(rep: dict[str, Any]) -> str:
     else:
         out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
                 "on two or more devices and pass all the run files."]
+    if rep.get("gpu_bench"):
+        out += gpu_bench.markdown(rep["gpu_bench"])
     out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
