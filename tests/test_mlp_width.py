@@ -1,4 +1,4 @@
-"""MLP policies' kernels built for their hidden width (pk_policy.cuh's PK_MLP_HIDDEN).
+"""MLP policies' kernels built for their hidden width (PK_MLP_HIDDEN of pk_policy.h/.cuh; Numba's policy.build).
 
 The first H200 run's fused MLP rollouts ran ~90x slower than the random policy's: the layers' per-thread
 activations sat in local memory (ptxas: a 512-byte stack frame in every env's rollout kernel). Built for
@@ -22,7 +22,7 @@ FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
 
 @pytest.fixture
 def built(kernel_backend):
-    """The kernel backends that build their MLP code (cuda_host, opencl on each driver, cupy on a GPU)."""
+    """The kernel backends that build their MLP code (cuda_host, opencl on each driver, numba, cupy on a GPU)."""
     if not hasattr(kernel_backend, "fixed_mlp_width"):
         pytest.skip(
             f"{kernel_backend.name} builds no MLP kernel (it runs the policy in array or Python code)"
@@ -36,6 +36,22 @@ def _rollout(backend, env_id, policy, fixed, monkeypatch):
     env.reset()
     buf = env.rollout(6, policy)
     return {f: to_numpy(getattr(buf, f)).copy() for f in FIELDS}
+
+
+def _spy_widths(backend, monkeypatch) -> list[int | None]:
+    """The hidden width of every MLP build a backend asks for from now on (None: the run-time-width build)."""
+    seen: list[int | None] = []
+    ask = backend._mlp_width
+
+    def spy(kind: int, hidden: int):
+        option = ask(kind, hidden)
+        if isinstance(option, tuple):  # CUDA and OpenCL: a build option, or none
+            option = int(option[0].split("=")[1]) if option else None
+        seen.append(option)
+        return ask(kind, hidden)
+
+    monkeypatch.setattr(backend, "_mlp_width", spy)
+    return seen
 
 
 def _built_widths(backend) -> set[str]:
@@ -59,25 +75,34 @@ def _built_widths(backend) -> set[str]:
 @pytest.mark.parametrize("hidden", [64, 7])
 def test_the_width_build_equals_the_run_time_width_build(built, monkeypatch, env_id, hidden):
     policy = MLPPolicy.init(envs.get(env_id), hidden=hidden, seed=2)
+    seen = _spy_widths(built, monkeypatch)
     fixed = _rollout(built, env_id, policy, True, monkeypatch)
-    assert f"-DPK_MLP_HIDDEN={hidden}" in _built_widths(built)
+    assert seen and set(seen) == {hidden}
+    if built.name != "numba":  # the build options the CUDA and OpenCL builds are cached under
+        assert f"-DPK_MLP_HIDDEN={hidden}" in _built_widths(built)
+    seen.clear()
     generic = _rollout(built, env_id, policy, False, monkeypatch)
+    assert seen and set(seen) == {None}
     for f in FIELDS:
         np.testing.assert_array_equal(fixed[f], generic[f], err_msg=f)
 
 
 def test_the_random_policy_builds_no_width(built, monkeypatch):
     monkeypatch.setattr(built, "_pk_caches", {})  # this instance's builds only, restored after
+    seen = _spy_widths(built, monkeypatch)
     _rollout(built, "CartPole-v1", RandomPolicy(), True, monkeypatch)
-    assert _built_widths(built) == set()
+    assert seen == [None] and _built_widths(built) == set()
 
 
-def test_mlp_forward_is_built_for_its_width(built, rng):
+def test_mlp_forward_is_built_for_its_width(built, monkeypatch, rng):
     spec = envs.get("Acrobot-v1")
     policy = MLPPolicy.init(spec, hidden=24, seed=1)
     obs = rng.normal(size=(50, spec.obs_dim)).astype(np.float32)
+    seen = _spy_widths(built, monkeypatch)
     out = built.mlp_forward(built.from_host(policy.flat()), built.from_host(obs), 24, spec.discrete_actions)
-    assert "-DPK_MLP_HIDDEN=24" in _built_widths(built)
+    assert seen == [24]
+    if built.name != "numba":
+        assert "-DPK_MLP_HIDDEN=24" in _built_widths(built)
     np.testing.assert_allclose(to_numpy(out), policy.forward(obs), rtol=1e-5, atol=1e-5)
 
 

@@ -209,7 +209,7 @@ class NumbaBackend(Backend):
         n = self._check_env(spec, bufs, params)
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps = out.steps
-        k = _kernels().env_kernels(spec, params.dtype)
+        k = _kernels().env_kernels(spec, params.dtype, self._mlp_width(policy.kind, hidden))
         # Time-major [T, N(, d)] buffers as rows t * N + i, so the kernel indexes one flat row per step.
         rows = steps * n
         flat = {name: a.reshape((rows, *a.shape[2:]))  # obs [T, N, d] and Box actions [T, N, A] keep a row
@@ -224,11 +224,19 @@ class NumbaBackend(Backend):
             args[i_t0], args[i_count] = np.int32(t0), np.int32(min(steps_per_launch, steps - t0))
             k.rollout[self._grid(n)](*args)
 
+    #: Build MLP policies' kernels for their hidden width (policy.build's ``width``: the hidden layers'
+    #: accumulators in registers), one build per width in use; False: the run-time-width build. The same
+    #: results either way.
+    fixed_mlp_width: bool = True
+
+    def _mlp_width(self, kind: int, hidden: int) -> int | None:
+        return int(hidden) if kind == 1 and self.fixed_mlp_width else None
+
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, _ = self._check_mlp(policy_params, obs, hidden, out_dim)
         out = cuda.device_array((n, out_dim), np.float32)
         if n:
-            fn = _kernels().policy_kernels(np.dtype(obs.dtype).str).mlp_forward
+            fn = _kernels().policy_kernels(np.dtype(obs.dtype).str, self._mlp_width(1, hidden)).mlp_forward
             fn[self._grid(n)](policy_params, np.int32(hidden), obs, out)
         return out
 

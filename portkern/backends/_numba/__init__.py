@@ -27,20 +27,22 @@ __all__ = ["BufferKernels", "CopyKernels", "EnvKernels", "Policies", "buffer_ker
            "env_kernels", "params_value", "policy_kernels", "simulator"]  # fmt: skip
 
 
-def env_kernels(spec: EnvSpec, dtype: np.dtype) -> EnvKernels:
-    """``spec``'s reset, step and rollout kernels in ``dtype`` (and its structural values, if any)."""
-    return _env_kernels(spec.id, np.dtype(dtype).str, tuple(sorted(spec.structure_values.items())))
+def env_kernels(spec: EnvSpec, dtype: np.dtype, mlp_width: int | None = None) -> EnvKernels:
+    """``spec``'s reset, step and rollout kernels in ``dtype`` (and its structural values, if any); with
+    ``mlp_width``, the rollout's MLP built for that hidden width (policy.build)."""
+    return _env_kernels(spec.id, np.dtype(dtype).str, tuple(sorted(spec.structure_values.items())), mlp_width)
 
 
 @cache
-def _env_kernels(env_id: str, dtype_str: str, structure: tuple[tuple[str, int], ...] = ()) -> EnvKernels:
+def _env_kernels(env_id: str, dtype_str: str, structure: tuple[tuple[str, int], ...] = (),
+                 mlp_width: int | None = None) -> EnvKernels:  # fmt: skip
     spec = envs.get(env_id, **dict(structure))
     # The env's module by its kernel stem, as kernels/<api>/<kernel>.* are loaded by explicit name.
     if importlib.util.find_spec(f"{__name__}.{spec.kernel}") is None:
         raise KernelSourceMissing(f"{spec.id} has no Numba kernel yet (portkern/backends/_numba/{spec.kernel}.py)")
     module = importlib.import_module(f"{__name__}.{spec.kernel}")
     k = toolkit(dtype_str)
-    act = policy.make_act(spec, k, policy_kernels(dtype_str))
+    act = policy.make_act(spec, k, policy_kernels(dtype_str, mlp_width))
     # A structural env's builder gets its values as keywords (build(k, links=3)): compile-time constants
     # of the Numba build, as -DPK_LINKS=3 is of the OpenCL and CUDA ones; one build per values (cached).
     fns = module.build(k, **dict(structure)) if structure else module.build(k)
@@ -48,8 +50,8 @@ def _env_kernels(env_id: str, dtype_str: str, structure: tuple[tuple[str, int], 
 
 
 @cache
-def policy_kernels(dtype_str: str) -> Policies:
-    return policy.build(toolkit(dtype_str))
+def policy_kernels(dtype_str: str, mlp_width: int | None = None) -> Policies:
+    return policy.build(toolkit(dtype_str), mlp_width)
 
 
 @cache

@@ -25,10 +25,13 @@ class Policies:
     mlp_forward: Any  # kernel (policy, hidden, obs [N, obs_dim], out [N, out_dim])
 
 
-def build(k: Toolkit) -> Policies:
+def build(k: Toolkit, width: int | None = None) -> Policies:
+    """The MLP device function and forward kernel; ``width``: built for that hidden width (a compile-time
+    constant, as PK_MLP_HIDDEN is of the CUDA and OpenCL builds), else for the width passed at run time."""
     F, mulf = k.F, k.mulf
     djit = cuda.jit(device=True)  # for the functions that take cuda.local arrays
     f_zero = F(0)
+    H = MAX_WIDTH if width is None else int(width)
 
     @k.djit
     def mlp_layer(policy, w, b, x, n_in, n_out, use_tanh, y):
@@ -44,18 +47,54 @@ def build(k: Toolkit) -> Policies:
             y[j] = acc
 
     @djit
-    def mlp(policy, hidden, n_in, n_out, x, y):
-        # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
-        h1 = cuda.local.array(MAX_WIDTH, np.float32)
-        h2 = cuda.local.array(MAX_WIDTH, np.float32)
-        b1 = n_in * hidden
-        w2 = b1 + hidden
-        b2 = w2 + hidden * hidden
-        w3 = b2 + hidden
-        b3 = w3 + hidden * n_out
-        mlp_layer(policy, 0, b1, x, n_in, hidden, True, h1)
-        mlp_layer(policy, w2, b2, h1, hidden, hidden, True, h2)
-        mlp_layer(policy, w3, b3, h2, hidden, n_out, False, y)
+    def hidden_layer(policy, w, b, x, n_in, y):
+        # The width-H build's hidden layer: the inputs outside, the H accumulators inside. H is a constant
+        # of this build, so NVVM unrolls the inner loops and keeps the accumulators in registers (PTX for
+        # sm_90 of CartPole's and Pendulum's rollout kernels: local depots of 256 bytes at width 64 and 128
+        # at 32, against 512 for the run-time width). The same additions in the same order as mlp_layer:
+        # each acc[j] starts at 0 and adds x[c] * W[c, j] for c ascending, then the bias.
+        acc = cuda.local.array(H, np.float32)
+        for j in range(H):
+            acc[j] = f_zero
+        for c in range(n_in):
+            xc = x[c]
+            r = w + c * H
+            for j in range(H):
+                acc[j] = acc[j] + mulf(xc, policy[r + j])
+        for j in range(H):
+            y[j] = F(math.tanh(acc[j] + policy[b + j]))
+
+    if width is None:
+
+        @djit
+        def mlp(policy, hidden, n_in, n_out, x, y):
+            # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
+            h1 = cuda.local.array(MAX_WIDTH, np.float32)
+            h2 = cuda.local.array(MAX_WIDTH, np.float32)
+            b1 = n_in * hidden
+            w2 = b1 + hidden
+            b2 = w2 + hidden * hidden
+            w3 = b2 + hidden
+            b3 = w3 + hidden * n_out
+            mlp_layer(policy, 0, b1, x, n_in, hidden, True, h1)
+            mlp_layer(policy, w2, b2, h1, hidden, hidden, True, h2)
+            mlp_layer(policy, w3, b3, h2, hidden, n_out, False, y)
+
+    else:
+
+        @djit
+        def mlp(policy, hidden, n_in, n_out, x, y):
+            # The same layout at the build's width H (the host launches this build with hidden == H).
+            h1 = cuda.local.array(H, np.float32)
+            h2 = cuda.local.array(H, np.float32)
+            b1 = n_in * H
+            w2 = b1 + H
+            b2 = w2 + H * H
+            w3 = b2 + H
+            b3 = w3 + H * n_out
+            hidden_layer(policy, 0, b1, x, n_in, h1)
+            hidden_layer(policy, w2, b2, h1, H, h2)
+            mlp_layer(policy, w3, b3, h2, H, n_out, False, y)
 
     @cuda.jit
     def pk_mlp_forward(policy, hidden, obs, out):
