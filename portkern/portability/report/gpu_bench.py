@@ -40,14 +40,15 @@ def is_gpu_bench_file(path: str | Path) -> bool:
     )
 
 
-def _device(machine: dict[str, Any]) -> str:
-    smi = str(machine.get("nvidia_smi", ""))
+def _device(data: dict[str, Any]) -> str:
+    """nvidia-smi's name of the GPU, else the device of the first section that ran."""
+    smi = str((data.get("machine") or {}).get("nvidia_smi", ""))
     if smi and not smi.startswith("unavailable"):
         return smi.split(",")[0].strip()
-    for key, entry in machine.items():
-        if key.startswith("backend_") and isinstance(entry, dict) and entry.get("devices"):
-            return str(entry["devices"][0])
-    return "unknown GPU"
+    for entry in data.values():
+        if isinstance(entry, dict) and entry.get("device"):
+            return str(entry["device"])
+    return "unknown device"
 
 
 def _failure(entry: dict[str, Any]) -> str | None:
@@ -93,7 +94,7 @@ def summarise_file(path: str | Path) -> dict[str, Any]:
                 "env_steps_per_s": entry["env_steps_per_s"]})})  # fmt: skip
         else:
             other.append({"section": key, "why": why, "value": None if why else entry})
-    return {"source": str(path), "device": _device(machine), "started": data.get("started"),
+    return {"source": str(path), "device": _device(data), "started": data.get("started"),
             "finished": data.get("finished"), "machine": machine, "copy_bytes_per_s": ceiling,
             "steps": steps, "gae": gae, "rollouts": rollouts, "chain": chain, "other": other}  # fmt: skip
 
