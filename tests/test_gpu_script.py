@@ -36,8 +36,9 @@ def _loop_specs(first_item: str) -> list[tuple[str, int]]:
 def test_the_script_parses():
     bash = shutil.which("bash")
     assert bash, "bash is needed to check run_gpu.sh"
-    result = subprocess.run([bash, "-n", str(SCRIPT)], check=False, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    for script in (SCRIPT, SCRIPT.parent / "slim_tree.sh", SCRIPT.parent / "prepare.sh"):
+        result = subprocess.run([bash, "-n", str(script)], check=False, capture_output=True, text=True)
+        assert result.returncode == 0, f"{script.name}: {result.stderr}"
 
 
 def test_every_training_stack_parses():

@@ -13,7 +13,9 @@
 #      a stack that runs out of time loses only itself; `portkern report` merges them.
 # cuda_host, the CUDA C compiled for the CPU, is a correctness harness for machines without a GPU:
 # the GPU run has the real thing and leaves it out.
-# Here first:  bash bench/gpu/prepare.sh    then run with carry [".device"]:  bash bench/gpu/run_gpu.sh
+# Here first:  bash bench/gpu/prepare.sh && bash bench/gpu/slim_tree.sh stash  (the device tool carries at most
+# 64 MiB of working tree), then run with carry [".device"]:  bash bench/gpu/run_gpu.sh; after it, here:
+# bash bench/gpu/slim_tree.sh restore.
 # Budgeted to finish in under 8 minutes even when every step hits its timeout (sum of the limits: 480 s).
 # Everything it writes ends in one archive, $OUT/gpu-run.tar.gz: the device tool brings back only a few
 # files (the first run lost the logs of the sanitizer, the bench and every training run that way).
