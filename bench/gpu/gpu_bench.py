@@ -22,8 +22,12 @@ from portkern.envs import ENVS
 from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer
 
 #: Every GPU backend, one stack class after another: custom kernels (cupy, numba, opencl), framework
-#: eager (torch) and framework compiled (torch_compile, Inductor's Triton kernels).
-BACKENDS = ("cupy", "numba", "opencl", "torch", "torch_compile")
+#: eager (torch) and framework compiled (torch_compile, Inductor's Triton kernels; jax, XLA: the
+#: gymnax / PureJaxRL way of running an env on a GPU, jit and lax.scan).
+BACKENDS = ("cupy", "numba", "opencl", "torch", "torch_compile", "jax")
+#: Compiled by their framework on first use (Inductor, XLA): timed after the others, so their compiles
+#: do not push the others past --budget-s.
+COMPILED = ("torch_compile", "jax")
 #: CartPole same_step, float32, per env and step, as the kernel moves them: reads state 16 + steps 4 +
 #: action 4; writes state 16 + steps 4 + obs 16 + final_obs 16 + reward 4 + terminated 1 + truncated 1.
 #: Resets (episodes read + write, ~5% of envs per step under random actions) and params are not counted.
@@ -354,7 +358,10 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpu_bench.json")
     # The schema tells `portkern report` this file from bench runs and training files.
-    results: dict[str, Any] = {"schema": "portkern-gpu-bench/1", "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    results: dict[str, Any] = {
+        "schema": "portkern-gpu-bench/1",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
 
     def save() -> None:
         with open(path, "w") as fh:
@@ -382,8 +389,9 @@ def main() -> None:
                 save()
 
     # The order puts what a run cut short by --budget-s most needs first: the CartPole rollouts (with the
-    # MLP builds' pair) before GAE, and torch_compile, whose compiles take ~15 s each, after the others.
-    eager = tuple(b for b in BACKENDS if b != "torch_compile")
+    # MLP builds' pair) before GAE, and the compiled frameworks (torch_compile's compiles took ~15 s each)
+    # after the others.
+    eager = tuple(b for b in BACKENDS if b not in COMPILED)
     steps(eager)
     rollouts(ROLLOUT_ENVS[0], eager)
     for name in BACKENDS:
@@ -393,8 +401,8 @@ def main() -> None:
         save()
     section(results, "zero_copy_torch", zero_copy)
     save()
-    steps(("torch_compile",))
-    rollouts(ROLLOUT_ENVS[0], ("torch_compile",))
+    steps(COMPILED)
+    rollouts(ROLLOUT_ENVS[0], COMPILED)
     for env_id in ROLLOUT_ENVS[1:]:
         rollouts(env_id, BACKENDS)
     _ROLLOUT_ENVS.clear()

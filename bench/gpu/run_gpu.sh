@@ -6,7 +6,8 @@
 #   3. `portkern bench --quick` on each GPU backend: results.json files `portkern report` merges with
 #      the committed CPU runs (bench/results/)
 #   4. bench/gpu/gpu_bench.py: copy ceiling, CartPole step and GAE per backend (torch eager and
-#      compiled beside cupy, numba and opencl), zero-copy to torch, the rollout data paths, and last, if
+#      compiled and jax beside cupy, numba and opencl), zero-copy to torch, the rollout data paths (the
+#      MLP policy's width and run-time-width builds side by side), and last, if
 #      the budget allows, Chain-v0 stepping at K = 3 and 10 (the physics-heavy env)
 #   5. `portkern train` on CartPole-v1, one seed per stack (cupy, cupy+fused, torch@cuda, jax@cuda, opencl on
 #      NVIDIA's OpenCL, numba): device-hours per converged policy on the H200. One JSON per stack, so
