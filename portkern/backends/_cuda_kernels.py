@@ -118,7 +118,8 @@ class CudaKernels(Backend):
         hidden = self._check_rollout(spec, bufs, policy, policy_params, out, params, steps_per_launch)
         steps = out.steps
         name = _abi.env_entry(spec.kernel, "rollout")
-        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, spec.define_options + self._mlp_width(policy.kind, hidden))
+        options = spec.define_options + self._mlp_width(policy.kind, hidden)
+        fn = self._kernel(f"{spec.kernel}.cu", name, params.dtype, options)
         pack = _abi.packer(name, _same, params.dtype)
         args = list(pack({**_abi.rollout_values(out), "params": self._device_params(params),
                           "policy": policy_params, "policy_kind": policy.kind, "hidden": hidden, "seed": seed,

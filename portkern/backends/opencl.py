@@ -351,7 +351,8 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         self._sized(n)
         opts, vw = self._env_options(dt, bench_name, "fused")
         name = _abi.env_entry(spec.kernel, "rollout")
-        k = self._kernel(f"{spec.kernel}.cl", name, (*opts, *spec.define_options, *self._mlp_width(policy.kind, hidden)))
+        k = self._kernel(f"{spec.kernel}.cl", name,
+                         (*opts, *spec.define_options, *self._mlp_width(policy.kind, hidden)))  # fmt: skip
         # Arguments are packed once; each launch only moves the time window (t0, t_count). Every launch sets
         # them through the declared-dtype invoker (_enqueue): 10-15 us a launch, where pyopencl's set_arg of one
         # NumPy scalar alone took 16 us (two per launch, on the device path's one launch per step).
