@@ -64,3 +64,46 @@ def test_streams_differ():
     a = rng.draw(7, np.arange(5), np.zeros(5), rng.STREAM_RESET)
     b = rng.draw(7, np.arange(5), np.zeros(5), rng.STREAM_POLICY)
     assert not np.array_equal(a, b)
+
+
+def _philox_by_hand(ctr: list[int], key: list[int]) -> list[int]:
+    """Philox4x32-10 in Python ints, one element: Random123's rounds with nothing folded or vectorised."""
+    m0, m1, w0, w1, mask = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+    (c0, c1, c2, c3), (k0, k1) = ctr, key
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + w0) & mask, (k1 + w1) & mask
+        p0, p1 = m0 * c0, m1 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & mask, (p0 >> 32) ^ c3 ^ k1, p0 & mask
+    return [c0, c1, c2, c3]
+
+
+@pytest.mark.parametrize("block", ["scalar", "array"])
+def test_draw_folds_the_shared_words_without_changing_a_bit(block):
+    """draw keeps the seed, the stream, the last counter word and a scalar block as ints (folded in Python
+    until they meet an env's word); every element must still be Philox of its own counter and key."""
+    g = np.random.default_rng(3)
+    n = 257
+    seed, stream = int(g.integers(0, 2**32)), 1
+    env = g.integers(0, 2**32, n, dtype=np.uint64).astype(U)
+    ep = g.integers(0, 2**32, n, dtype=np.uint64).astype(U)
+    blk = g.integers(0, 2**32, n, dtype=np.uint64).astype(U) if block == "array" else 0xFFFFFFFF
+    got = rng.draw(seed, env, ep, stream, blk)
+    assert got.dtype == U and got.shape == (n, 4)
+    blocks = blk if block == "array" else np.full(n, blk, U)
+    for i in (0, 1, 100, n - 1):
+        assert got[i].tolist() == _philox_by_hand(
+            [int(ep[i]), int(blocks[i]), stream, 0], [seed, int(env[i])]
+        )
+    ctr = np.stack([ep, blocks, np.full(n, stream, U), np.zeros(n, U)], axis=1)
+    key = np.stack([np.full(n, seed, U), env], axis=1)
+    np.testing.assert_array_equal(got, rng.philox4x32(ctr, key))
+    # broadcasting: one episode for a [2, 3] block of envs
+    grid = rng.draw(7, np.arange(6, dtype=U).reshape(2, 3), U(4), 0)
+    assert grid.shape == (2, 3, 4) and grid[1, 2].tolist() == _philox_by_hand([4, 0, 0, 0], [7, 5])
+
+
+def test_draw_takes_a_seed_per_env():
+    seeds = np.array([5, 6, 7], U)
+    got = rng.draw(seeds, np.arange(3, dtype=U), np.zeros(3, U), 0)
+    assert [got[i].tolist() for i in range(3)] == [_philox_by_hand([0, 0, 0, 0], [5 + i, i]) for i in range(3)]
