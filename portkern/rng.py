@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # Multipliers and Weyl key increments from Random123's philox.h.
@@ -16,6 +18,8 @@ STREAM_POLICY = 1
 
 _M0, _M1, _W0, _W1, _MASK = int(PHILOX_M0), int(PHILOX_M1), int(PHILOX_W0), int(PHILOX_W1), 0xFFFFFFFF
 
+#: Envs per pass of :func:`draw` (its words' working set: about a dozen uint64 arrays of this length).
+_CHUNK = 8192
 #: A Philox word: a uint64 array holding uint32 values, or a Python int (a word the same for every element:
 #: its rounds fold in Python until it meets an array).
 Word = np.ndarray | int
@@ -88,18 +92,34 @@ def draw(
     """Four uint32 draws per env: key (seed, env index), counter (episode, block, stream, 0).
 
     :func:`philox4x32` of that counter and key, with the words that are the same for every env (the seed,
-    the stream, the last counter word, a scalar block) kept as ints: a round folds them in Python until they
-    meet an env's word. On the 2-core dev VM (Xeon), against full arrays and a cast around every multiply:
-    1.49x [1.47-1.52] at 6 envs (68 us), 1.48x at 1,024, 1.08x [1.01-1.12] at 65,536 (3.9 ms: NumPy's uint64
-    multiplies and shifts, not Python, are the cost there)."""
+    the stream, the last counter word, a scalar block) kept as ints, folded in Python until they meet an env's
+    word, and the envs taken in blocks of ``_CHUNK``. On the 2-core dev VM (Xeon), against full arrays and a
+    cast around every multiply (interleaved, 30 rounds): 1.56x [1.55-1.58] at 6 envs (66 us), 1.53x at 1,024,
+    1.64x [1.56-1.91] at 65,536 (2.7 ms).
+    """
     env_index = np.asarray(env_index, dtype=np.uint32)
     episode = np.asarray(episode, dtype=np.uint32)
     n = np.broadcast_shapes(env_index.shape, episode.shape, np.shape(block))
+    size = math.prod(n)
 
-    def word(x: int | np.ndarray) -> Word:  # an int where every env shares it (seed may be one per env)
-        x = np.uint32(x)  # as the uint32 key and counter arrays take it
-        return int(x) if np.ndim(x) == 0 else np.broadcast_to(x, n).astype(np.uint64)
+    def flat(x: int | np.ndarray) -> int | np.ndarray:
+        """An int where every env shares the word (the seed may also be one per env), else a flat array."""
+        if not (isinstance(x, np.ndarray) and x.dtype == np.uint32):
+            x = np.uint32(x)  # as the uint32 counter and key arrays take it
+        if x.ndim == 0:
+            return int(x)
+        return (x if x.shape == n else np.broadcast_to(x, n)).reshape(size)
 
-    words = _rounds(np.broadcast_to(episode, n).astype(np.uint64), word(block), word(stream), 0, word(seed),
-                    np.broadcast_to(env_index, n).astype(np.uint64), rounds=10)  # fmt: skip
-    return _stack(words, n)
+    def part(x: int | np.ndarray, s: slice) -> Word:
+        return x if isinstance(x, int) else x[s].astype(np.uint64)
+
+    ep, blk, st, sd, env = flat(episode), flat(block), flat(stream), flat(seed), flat(env_index)
+    out = np.empty((size, 4), dtype=np.uint32)
+    # In blocks of _CHUNK envs: the dozen words a round keeps live then stay in the core's caches (65,536 envs:
+    # 2.4 ms in blocks of 8,192, 2.9 in 16,384, 3.0 in 4,096, 3.9-4.7 ms in one pass).
+    for start in range(0, size, _CHUNK):
+        s = slice(start, start + _CHUNK)
+        words = _rounds(part(ep, s), part(blk, s), part(st, s), 0, part(sd, s), part(env, s), rounds=10)
+        for i, w in enumerate(words):
+            out[s, i] = w  # uint64 holding uint32 values: an exact cast
+    return out.reshape(n + (4,))
