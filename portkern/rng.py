@@ -18,7 +18,7 @@ STREAM_POLICY = 1
 
 _M0, _M1, _W0, _W1, _MASK = int(PHILOX_M0), int(PHILOX_M1), int(PHILOX_W0), int(PHILOX_W1), 0xFFFFFFFF
 
-#: Envs per pass of :func:`draw` (its words' working set: about a dozen uint64 arrays of this length).
+#: Elements per pass of :func:`philox` (its words' working set: about a dozen uint64 arrays of this length).
 _CHUNK = 8192
 #: A Philox word: a uint64 array holding uint32 values, or a Python int (a word the same for every element:
 #: its rounds fold in Python until it meets an array).
@@ -38,11 +38,28 @@ def _rounds(c0: Word, c1: Word, c2: Word, c3: Word, k0: Word, k1: Word, rounds: 
     return c0, c1, c2, c3
 
 
-def _stack(words: tuple[Word, ...], shape: tuple[int, ...]) -> np.ndarray:
-    out = np.empty(shape + (4,), dtype=np.uint32)
-    for i, w in enumerate(words):
-        out[..., i] = w  # uint64 holding uint32 values (or an int < 2**32): an exact cast
-    return out
+def philox(c0: int | np.ndarray, c1: int | np.ndarray, c2: int | np.ndarray, c3: int | np.ndarray,
+           k0: int | np.ndarray, k1: int | np.ndarray, rounds: int = 10) -> np.ndarray:  # fmt: skip
+    """Philox4x32 of counter ``(c0, c1, c2, c3)`` and key ``(k0, k1)``, each word an int (the same for every
+    element) or a uint32 array; the arrays broadcast together -> ``[..., 4]`` uint32.
+
+    A word the elements share stays a Python int, folded until it meets an array word; the elements run in
+    blocks of ``_CHUNK``, so the dozen words a round keeps live stay in the core's caches (65,536 elements:
+    2.4 ms in blocks of 8,192, 2.9 in 16,384, 3.0 in 4,096, 3.9-4.7 ms in one pass; 2-core Xeon VM).
+    """
+    words = [w if isinstance(w, np.ndarray) and w.dtype == np.uint32 else np.uint32(w) for w in
+             (c0, c1, c2, c3, k0, k1)]  # as uint32 arrays take them  # fmt: skip
+    shape = np.broadcast_shapes(*(w.shape for w in words))
+    size = math.prod(shape)
+    flat = [int(w) if w.ndim == 0 else (w if w.shape == shape else np.broadcast_to(w, shape)).reshape(size)
+            for w in words]  # fmt: skip
+    out = np.empty((size, 4), dtype=np.uint32)
+    for start in range(0, size, _CHUNK):
+        s = slice(start, start + _CHUNK)
+        part = [w if isinstance(w, int) else w[s].astype(np.uint64) for w in flat]
+        for i, w in enumerate(_rounds(*part, rounds=rounds)):
+            out[s, i] = w  # uint64 holding uint32 values (or an int < 2**32): an exact cast
+    return out.reshape(shape + (4,))
 
 
 def philox4x32(counter: np.ndarray, key: np.ndarray, rounds: int = 10) -> np.ndarray:
@@ -61,12 +78,8 @@ def philox4x32(counter: np.ndarray, key: np.ndarray, rounds: int = 10) -> np.nda
     if not isinstance(rounds, (int, np.integer)) or not 1 <= rounds <= 16:
         raise ValueError(f"philox4x32: rounds must be an int in [1, 16], got {rounds!r}")
     shape = np.broadcast_shapes(counter.shape[:-1], key.shape[:-1])
-    words = [
-        np.broadcast_to(a[..., i], shape).astype(np.uint64)
-        for a, n in ((counter, 4), (key, 2))
-        for i in range(n)
-    ]
-    return _stack(_rounds(*words, rounds=int(rounds)), shape)
+    words = [np.broadcast_to(a[..., i], shape) for a, n in ((counter, 4), (key, 2)) for i in range(n)]
+    return philox(*words, rounds=int(rounds))
 
 
 def uniform(bits: np.ndarray, dtype: np.dtype | str = np.float32) -> np.ndarray:
@@ -91,35 +104,11 @@ def draw(
 ) -> np.ndarray:
     """Four uint32 draws per env: key (seed, env index), counter (episode, block, stream, 0).
 
-    :func:`philox4x32` of that counter and key, with the words that are the same for every env (the seed,
-    the stream, the last counter word, a scalar block) kept as ints, folded in Python until they meet an env's
-    word, and the envs taken in blocks of ``_CHUNK``. On the 2-core dev VM (Xeon), against full arrays and a
-    cast around every multiply (interleaved, 30 rounds): 1.56x [1.55-1.58] at 6 envs (66 us), 1.53x at 1,024,
-    1.64x [1.56-1.91] at 65,536 (2.7 ms).
+    :func:`philox` of that counter and key: the seed, the stream, the last counter word and a scalar block are
+    words every env shares. On the 2-core dev VM (Xeon), against full arrays and a cast around every multiply
+    (interleaved, 30 rounds): 1.56x [1.55-1.58] at 6 envs (66 us), 1.53x at 1,024, 1.64x [1.56-1.91] at 65,536
+    (2.7 ms).
     """
     env_index = np.asarray(env_index, dtype=np.uint32)
     episode = np.asarray(episode, dtype=np.uint32)
-    n = np.broadcast_shapes(env_index.shape, episode.shape, np.shape(block))
-    size = math.prod(n)
-
-    def flat(x: int | np.ndarray) -> int | np.ndarray:
-        """An int where every env shares the word (the seed may also be one per env), else a flat array."""
-        if not (isinstance(x, np.ndarray) and x.dtype == np.uint32):
-            x = np.uint32(x)  # as the uint32 counter and key arrays take it
-        if x.ndim == 0:
-            return int(x)
-        return (x if x.shape == n else np.broadcast_to(x, n)).reshape(size)
-
-    def part(x: int | np.ndarray, s: slice) -> Word:
-        return x if isinstance(x, int) else x[s].astype(np.uint64)
-
-    ep, blk, st, sd, env = flat(episode), flat(block), flat(stream), flat(seed), flat(env_index)
-    out = np.empty((size, 4), dtype=np.uint32)
-    # In blocks of _CHUNK envs: the dozen words a round keeps live then stay in the core's caches (65,536 envs:
-    # 2.4 ms in blocks of 8,192, 2.9 in 16,384, 3.0 in 4,096, 3.9-4.7 ms in one pass).
-    for start in range(0, size, _CHUNK):
-        s = slice(start, start + _CHUNK)
-        words = _rounds(part(ep, s), part(blk, s), part(st, s), 0, part(sd, s), part(env, s), rounds=10)
-        for i, w in enumerate(words):
-            out[s, i] = w  # uint64 holding uint32 values: an exact cast
-    return out.reshape(n + (4,))
+    return philox(episode, block, stream, 0, seed, env_index)

@@ -106,4 +106,20 @@ def test_draw_folds_the_shared_words_without_changing_a_bit(block):
 def test_draw_takes_a_seed_per_env():
     seeds = np.array([5, 6, 7], U)
     got = rng.draw(seeds, np.arange(3, dtype=U), np.zeros(3, U), 0)
-    assert [got[i].tolist() for i in range(3)] == [_philox_by_hand([0, 0, 0, 0], [5 + i, i]) for i in range(3)]
+    assert [got[i].tolist() for i in range(3)] == [
+        _philox_by_hand([0, 0, 0, 0], [5 + i, i]) for i in range(3)
+    ]
+
+
+def test_philox_takes_any_word_as_an_int_or_an_array():
+    g = np.random.default_rng(9)
+    n = 8192 + 5  # two blocks of rng._CHUNK
+    words = [g.integers(0, 2**32, n, dtype=np.uint64).astype(U) for _ in range(6)]
+    full = rng.philox4x32(np.stack(words[:4], axis=1), np.stack(words[4:], axis=1))
+    np.testing.assert_array_equal(rng.philox(*words), full)
+    shared = [int(words[i][0]) if i in (1, 3, 4) else words[i] for i in range(6)]  # three words as ints
+    expect = rng.philox4x32(np.stack([np.broadcast_to(U(w), (n,)) for w in shared[:4]], axis=1),
+                            np.stack([np.broadcast_to(U(w), (n,)) for w in shared[4:]], axis=1))  # fmt: skip
+    np.testing.assert_array_equal(rng.philox(*shared), expect)
+    assert rng.philox(1, 2, 3, 4, 5, 6).tolist() == _philox_by_hand([1, 2, 3, 4], [5, 6])
+    assert rng.philox(np.zeros(0, U), 0, 0, 0, 0, 0).shape == (0, 4)
