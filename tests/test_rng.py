@@ -123,3 +123,13 @@ def test_philox_takes_any_word_as_an_int_or_an_array():
     np.testing.assert_array_equal(rng.philox(*shared), expect)
     assert rng.philox(1, 2, 3, 4, 5, 6).tolist() == _philox_by_hand([1, 2, 3, 4], [5, 6])
     assert rng.philox(np.zeros(0, U), 0, 0, 0, 0, 0).shape == (0, 4)
+
+
+@pytest.mark.parametrize("n", [1, 5, 12])
+def test_the_few_element_path_in_ints_equals_the_array_path(n, monkeypatch):
+    g = np.random.default_rng(n)
+    words = [g.integers(0, 2**32, n, dtype=np.uint64).astype(U) for _ in range(6)]
+    words[2] = 1  # a shared word, as the stream is
+    ints = rng.philox(*words)
+    monkeypatch.setattr(rng, "_SCALAR_MAX", 0)
+    np.testing.assert_array_equal(ints, rng.philox(*words))
