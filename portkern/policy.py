@@ -134,8 +134,8 @@ def _policy_bits(seed: int, n: int, episodes: np.ndarray, steps: np.ndarray, blo
     """[N, 4] uint32: Philox key (seed, env), counter (episode, step, STREAM_POLICY, block). ``block`` is 0
     for every draw of a 1-wide action (rng.draw's counter); wider Box actions take blocks 1, 2, ... for
     their further components."""
-    return rng.philox(np.broadcast_to(np.asarray(episodes, np.uint32), (n,)), np.asarray(steps).astype(np.uint32),
-                      rng.STREAM_POLICY, block, seed, np.arange(n, dtype=np.uint32))  # fmt: skip
+    return rng.philox(np.asarray(episodes, np.uint32), np.asarray(steps).astype(np.uint32), rng.STREAM_POLICY,
+                      block, seed, np.arange(n, dtype=np.uint32))  # fmt: skip
 
 
 def _dot(x: np.ndarray, w: np.ndarray) -> np.ndarray:

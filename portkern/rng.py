@@ -58,9 +58,8 @@ def philox(c0: int | np.ndarray, c1: int | np.ndarray, c2: int | np.ndarray, c3:
     flat = [int(w) if w.ndim == 0 else (w if w.shape == shape else np.broadcast_to(w, shape)).reshape(size)
             for w in words]  # fmt: skip
     out = np.empty((size, 4), dtype=np.uint32)
-    if (
-        0 < size <= _SCALAR_MAX
-    ):  # a few elements (the envs one step finished): Python ints, no array op at all
+    # A few elements (the envs one step finished): Python ints, no array op at all.
+    if 0 < size <= _SCALAR_MAX:
         cols = [[w] * size if isinstance(w, int) else w.tolist() for w in flat]
         out[:] = [_rounds(*element, rounds=rounds) for element in zip(*cols)]
         return out.reshape(shape + (4,))

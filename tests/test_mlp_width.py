@@ -45,10 +45,11 @@ def _spy_widths(backend, monkeypatch) -> list[int | None]:
 
     def spy(kind: int, hidden: int):
         option = ask(kind, hidden)
+        width = option
         if isinstance(option, tuple):  # CUDA and OpenCL: a build option, or none
-            option = int(option[0].split("=")[1]) if option else None
-        seen.append(option)
-        return ask(kind, hidden)
+            width = int(option[0].split("=")[1]) if option else None
+        seen.append(width)
+        return option
 
     monkeypatch.setattr(backend, "_mlp_width", spy)
     return seen

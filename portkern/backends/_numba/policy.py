@@ -64,37 +64,41 @@ def build(k: Toolkit, width: int | None = None) -> Policies:
         for j in range(H):
             y[j] = F(math.tanh(acc[j] + policy[b + j]))
 
+    # What the two builds differ in: the width the layout is computed with, and the hidden layers' loops.
     if width is None:
 
+        @k.djit
+        def width_of(hidden):
+            return hidden
+
         @djit
-        def mlp(policy, hidden, n_in, n_out, x, y):
-            # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
-            h1 = cuda.local.array(MAX_WIDTH, np.float32)
-            h2 = cuda.local.array(MAX_WIDTH, np.float32)
-            b1 = n_in * hidden
-            w2 = b1 + hidden
-            b2 = w2 + hidden * hidden
-            w3 = b2 + hidden
-            b3 = w3 + hidden * n_out
-            mlp_layer(policy, 0, b1, x, n_in, hidden, True, h1)
-            mlp_layer(policy, w2, b2, h1, hidden, hidden, True, h2)
-            mlp_layer(policy, w3, b3, h2, hidden, n_out, False, y)
+        def tanh_layer(policy, w, b, x, n_in, n_out, y):
+            mlp_layer(policy, w, b, x, n_in, n_out, True, y)
 
     else:
 
+        @k.djit
+        def width_of(hidden):
+            return H  # the host launches this build with hidden == H
+
         @djit
-        def mlp(policy, hidden, n_in, n_out, x, y):
-            # The same layout at the build's width H (the host launches this build with hidden == H).
-            h1 = cuda.local.array(H, np.float32)
-            h2 = cuda.local.array(H, np.float32)
-            b1 = n_in * H
-            w2 = b1 + H
-            b2 = w2 + H * H
-            w3 = b2 + H
-            b3 = w3 + H * n_out
-            hidden_layer(policy, 0, b1, x, n_in, h1)
-            hidden_layer(policy, w2, b2, h1, H, h2)
-            mlp_layer(policy, w3, b3, h2, H, n_out, False, y)
+        def tanh_layer(policy, w, b, x, n_in, n_out, y):
+            hidden_layer(policy, w, b, x, n_in, y)
+
+    @djit
+    def mlp(policy, hidden, n_in, n_out, x, y):
+        # policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std (MLPPolicy.flat)
+        hidden = width_of(hidden)
+        h1 = cuda.local.array(H, np.float32)
+        h2 = cuda.local.array(H, np.float32)
+        b1 = n_in * hidden
+        w2 = b1 + hidden
+        b2 = w2 + hidden * hidden
+        w3 = b2 + hidden
+        b3 = w3 + hidden * n_out
+        tanh_layer(policy, 0, b1, x, n_in, hidden, h1)
+        tanh_layer(policy, w2, b2, h1, hidden, hidden, h2)
+        mlp_layer(policy, w3, b3, h2, hidden, n_out, False, y)
 
     @cuda.jit
     def pk_mlp_forward(policy, hidden, obs, out):
