@@ -64,12 +64,47 @@ def test_write_refuses_and_assign_returns_the_new_array(jb):
         jb.assign(dst, np.zeros(5))
 
 
-def test_philox_in_uint32_words_matches_the_reference():
+@pytest.mark.parametrize("x64", [True, False], ids=["uint64-products", "uint32-only"])
+def test_philox_in_uint32_words_matches_the_reference(jb, x64):
+    """Both ways of forming a round's 64-bit products (one uint64 multiply with 64-bit types on, as the backend
+    runs; 16-bit halves without them) give the reference's words, the extremes of uint32 included."""
     g = np.random.default_rng(7)
     ctr = g.integers(0, 2**32, (4, 500), dtype=np.uint64).astype(np.uint32)
     key = g.integers(0, 2**32, (2, 500), dtype=np.uint64).astype(np.uint32)
+    ctr[:, :3], key[:, 3:6] = [0, 1, 2**32 - 1], [2**32 - 1, 0, 2**31]
     want = rng.philox4x32(ctr.T, key.T)
-    got = jax.jit(lambda c, k: ops.philox4x32(tuple(c), k[0], k[1]))(ctr, key)
+    with jax.enable_x64(x64):
+        got = jax.jit(lambda c, k: ops.philox4x32(tuple(c), k[0], k[1]))(ctr, key)
+        assert all(w.dtype == np.uint32 for w in got)
+        np.testing.assert_array_equal(np.stack([np.asarray(w) for w in got], axis=1), want)
+        # The words in pairs, as the slow build's callers kept them (the reset of a two-variable state, the
+        # Box-Muller pair): each pair on its own, in one compiled program, as a scan body keeps it.
+        for pair in ((0, 1), (2, 3)):
+            two = jax.jit(lambda c, k, pair=pair: [ops.philox4x32(tuple(c), k[0], k[1])[i] for i in pair])(ctr, key)
+            np.testing.assert_array_equal(np.stack([np.asarray(w) for w in two], axis=1), want[:, pair])
+    assert jax.config.read("jax_enable_x64")  # the backend's setting is back
+
+
+def test_the_benchmarks_first_build_draws_the_same_words():
+    """bench/cpu/jax_philox.py times the first ``_mulhilo`` against this one: it must be the same Philox (what
+    differs is only how XLA compiles it), and swapping it in must not outlive the benchmark's context."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "cpu"))
+    try:
+        import jax_philox
+    finally:
+        sys.path.pop(0)
+    g = np.random.default_rng(11)
+    ctr = g.integers(0, 2**32, (4, 300), dtype=np.uint64).astype(np.uint32)
+    key = g.integers(0, 2**32, (2, 300), dtype=np.uint64).astype(np.uint32)
+    want = rng.philox4x32(ctr.T, key.T)
+    current = ops._mulhilo
+    with jax_philox.old_build():
+        assert ops._mulhilo is jax_philox.old_mulhilo
+        got = jax.jit(lambda c, k: ops.philox4x32(tuple(c), k[0], k[1]))(ctr, key)
+    assert ops._mulhilo is current
     np.testing.assert_array_equal(np.stack([np.asarray(w) for w in got], axis=1), want)
 
 

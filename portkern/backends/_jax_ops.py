@@ -5,7 +5,7 @@ against the array API standard), traced on jax arrays. What is here is what the 
 does around it, written functionally (JAX arrays are immutable: every function returns the new
 buffers instead of writing them):
 
-* Philox4x32-10 in uint32 arithmetic, bit-identical to :mod:`portkern.rng`;
+* Philox4x32-10 on uint32 words (uint64 products), bit-identical to :mod:`portkern.rng`;
 * the step with autoreset (``numpy.NumpyBackend.env_step``), the reset draws computed for every
   env and selected with ``where`` (inside one compiled program that is cheaper than a gather);
 * policy sampling (:func:`portkern.policy.sample_actions`) and the MLP forward pass;
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -50,20 +50,26 @@ class Env(NamedTuple):
 
 # ---- Philox4x32-10 ------------------------------------------------------------------------------
 def _mulhilo(m: int, c: Any) -> tuple[Any, Any]:
-    """(hi, lo) words of the 64-bit product of the constant ``m`` and uint32 ``c``, in uint32 only.
+    """(hi, lo) words of the 64-bit product of the constant ``m`` and uint32 ``c``.
 
-    Without 64-bit integers (the default on accelerators and TPUs) the product is assembled from
-    16-bit halves: each partial product fits 32 bits, and the middle sum's carry is kept.
+    With 64-bit integers on (the ``jax`` backend turns ``jax_enable_x64`` on) the product is one uint64
+    multiply: a 32 x 32 product fits exactly. Without them, ``hi`` is assembled from 16-bit halves (each
+    partial product fits 32 bits, the middle sum's carry kept) and ``lo`` is the wrapping uint32 product.
+    ``lo`` must not share the halves' middle sum with ``hi``: written that way (the first version here), XLA's
+    CPU compiler (jax 0.10) made the last round's fusion cost ~15 us per element whenever a caller kept both
+    words of one product (words 0 and 1, or 2 and 3: Pendulum's reset, the Gaussian policy's Box-Muller pair),
+    some 300x the whole draw's cost otherwise (``bench/cpu/jax_philox.py``).
     """
+    if jax.config.read("jax_enable_x64"):
+        p = c.astype(jnp.uint64) * jnp.uint64(m)
+        return (p >> jnp.uint64(32)).astype(_U32), p.astype(_U32)
     mh, ml = m >> 16, m & 0xFFFF
     ch, cl = c >> 16, c & 0xFFFF
-    a = cl * _U32(ml)
     b = cl * _U32(mh)
     d = ch * _U32(ml)
-    mid = (a >> 16) + (b & 0xFFFF) + (d & 0xFFFF)  # < 3 * 2**16: no overflow
-    lo = (a & 0xFFFF) | (mid << 16)
+    mid = ((cl * _U32(ml)) >> 16) + (b & 0xFFFF) + (d & 0xFFFF)  # < 3 * 2**16: no overflow
     hi = ch * _U32(mh) + (b >> 16) + (d >> 16) + (mid >> 16)
-    return hi, lo
+    return hi, c * _U32(m)
 
 
 def philox4x32(counter: tuple[Any, Any, Any, Any], k0: Any, k1: Any, rounds: int = 10):
