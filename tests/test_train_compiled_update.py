@@ -6,6 +6,7 @@ Every test here compiles one graph, the pinned CartPole-v1 config's, cached per 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -98,6 +99,35 @@ def test_compiled_ppo_update_equals_the_eager_one() -> None:
     assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
     for (name, p), q in zip(agent.named_parameters(), eager_agent.parameters()):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
+    """CompiledUpdate.step reuses its last lookup (the compiled step, the Adam state's tensors) from call to call:
+    after ``load_state_dict`` (every parameter's state replaced) or with another optimizer it must look again and
+    step the state the optimizer now holds, as an uninterrupted run steps its own."""
+    cfg = TASK.ppo
+    mb = cfg.batch_size // cfg.num_minibatches
+    ref_agent, ref_opt = _agent()
+    agent, opt = _agent()
+    rollout = _rollout(agent, 8)
+    ref, compiled = CompiledUpdate(ref_agent, cfg), CompiledUpdate(agent, cfg)
+    first, second = torch.arange(mb), torch.arange(mb, 2 * mb)
+    for c, o in ((ref, ref_opt), (compiled, opt)):
+        c.step(o, *rollout, first)
+    opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # the same values in new tensors (a checkpoint's)
+    with compiled.calls(opt):  # as ppo_update calls it
+        compiled.step(opt, *rollout, second)
+    ref.step(ref_opt, *rollout, second)
+    want = dict(ref_agent.named_parameters())
+    for name, p in agent.named_parameters():
+        torch.testing.assert_close(p.detach(), want[name].detach(), msg=name)
+        if p.requires_grad:
+            assert float(opt.state[p]["step"]) == 2.0, name
+            torch.testing.assert_close(opt.state[p]["exp_avg_sq"], ref_opt.state[want[name]]["exp_avg_sq"], msg=name)
+    other = make_optimizer(agent, cfg)  # a fresh optimizer for the same agent: its own state, from step 1
+    compiled.step(other, *rollout, first)
+    assert {float(other.state[p]["step"]) for p in other.state} == {1.0}
+    assert {float(opt.state[p]["step"]) for p in opt.state} == {2.0}  # the first optimizer's state untouched
 
 
 def test_compiled_update_takes_only_the_eager_optimizer() -> None:
