@@ -9,7 +9,8 @@
 * ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
   Each step's acting (the agent's forward and sample, log-prob, value), env step (the torch backends' own
   physics and autoreset) and storage writes run as one ``torch.compile`` call (:class:`CompiledCollect`; timed
-  as phase "env"; an env step that does not compile to one graph, Acrobot-v1's, collects eagerly); the suffix ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time
+  as phase "env"; every env's step compiles to one graph, Acrobot-v1's angle-wrap loop as torch's ``while_loop``;
+  a step that did not would collect eagerly); the suffix ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time
   through :meth:`VectorEnv.step`, so a report shows what compiling the acting buys. Its label says
   ``+eager-act``; the compiled one's label is the plain name, and each run's ``collect`` says which ran.
   Compiled, the two stacks step through one graph (the ops both backends share) and differ only in their GAE;
@@ -38,7 +39,7 @@ import torch
 
 from .. import buffer, envs, step
 from ..backends import Backend, get_backend
-from ..backends._torch_ops import put_row
+from ..backends._torch_ops import put_row, step_fn
 from ..backends.torch_compile import _renamed
 from ..identity import Target, device_info, machine_label
 from .config import TaskConfig
@@ -401,12 +402,16 @@ def _step(spec: Any, next_step: bool, max_steps: int, actions: torch.Tensor, sta
 
 class _CollectGraph:
     """A compiled collection step, compiled whole (``fullgraph``). Where Dynamo cannot take the step as one graph
-    (an env helper with a data-dependent loop: Acrobot's angle wrap reads a flag back to the host) it raises while
+    (a host read inside it, as Acrobot's angle wrap had before it ran as torch's ``while_loop``) it raises while
     tracing, before anything ran; ``whole`` is then False and the stack collects eagerly: a step broken into
     pieces pays every piece's guards and the host reads between them, no cheaper than the eager ops (measured on
     Acrobot-v1), and its later pieces depend on the data, so no warm-up could compile them all."""
 
-    def __init__(self, step: Callable[..., None], device: torch.device) -> None:
+    def __init__(self, step: Callable[..., None], device: torch.device, spec: envs.EnvSpec | None = None) -> None:
+        # The env's step as torch runs it (its helpers swapped in) is a function made on first use and cached:
+        # made here, since Dynamo cannot trace making a function.
+        if spec is not None:
+            step_fn(spec)
         options = {"fallback_random": True}
         if device.type == "cpu":  # Inductor's C++ wrapper, as ppo.CompiledUpdate's: no Python between kernels
             options["cpp_wrapper"] = True
@@ -472,7 +477,7 @@ class CompiledCollect:
             # A code object of its own per key (Dynamo's cache and recompile limit are per code object: one shared
             # by every env and shape would fall back to eager after eight), named for profiles.
             name = f"pk_collect_{spec.kernel_key}_{env.num_envs}x{T}_{len(_COLLECT_STEPS)}"
-            _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name), b.device)
+            _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name), b.device, spec)
         self.graph: _CollectGraph = _COLLECT_STEPS[self.key]
 
     def collect(self, timer: PhaseTimer, next_obs: torch.Tensor) -> torch.Tensor | None:

@@ -12,7 +12,7 @@ trained at once on one device as a batched ensemble, PureJaxRL's vmap over seeds
   agent), obs viewed ``[K, N, D]``; the actions sampled from the agent's own distributions on the flattened
   K x N rows, on PyTorch's global generator. Acting, env step and storage writes are one ``torch.compile`` call
   per step for all K (as :class:`stacks.CompiledCollect` compiles one seed's), eager where the env step does not
-  compile to one graph (Acrobot-v1) or for ``+eager-act``.
+  compile to one graph (none of portkern's envs now) or for ``+eager-act``.
 * GAE: ``portkern.buffer.gae`` on the ``[T, K*N]`` rollout, on the stack's backend (per column: seeds never mix).
 * Update: per epoch every seed draws its own permutation (``argsort`` of ``[K, B]`` uniforms); one compiled call
   per minibatch for all K: ``vmap`` of :func:`ppo._minibatch_grads` (gather, advantage normalisation, loss,
@@ -233,7 +233,7 @@ class _Batch:
             if self.collect_key not in _COLLECT:
                 _COLLECT[self.collect_key] = _CollectGraph(_own_code(
                     _collect_step, self.template, self.names, k, self.discrete, self.action_dim, *env_static,
-                    name=f"pk_batch_collect_{env.spec.kernel_key}_{k}x{n}_{len(_COLLECT)}"), device)  # fmt: skip
+                    name=f"pk_batch_collect_{env.spec.kernel_key}_{k}x{n}_{len(_COLLECT)}"), device, env.spec)  # fmt: skip
             self.collect_graph = _COLLECT[self.collect_key]
         self.update_key = ("update", *shape)
         if self.update_key not in _UPDATE:
