@@ -130,6 +130,31 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
     assert {float(opt.state[p]["step"]) for p in opt.state} == {2.0}  # the first optimizer's state untouched
 
 
+def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None:
+    """Minibatches of 256 rows go two to a compiled call (ppo.minibatches_per_call: 512 rows a call at most), run
+    one after the other inside it: one whole update (2 epochs x 8 minibatches, the same permutations drawn) leaves
+    the parameters, Adam state and losses that one call per minibatch leaves (itself the eager update's to float32
+    rounding: the tests above); a per_call that does not divide the minibatches is refused."""
+    import dataclasses
+
+    cfg = dataclasses.replace(TASK.ppo, num_minibatches=8, update_epochs=2)
+    one_agent, one_opt = _agent()
+    agent, opt = _agent()
+    rollout = _rollout(agent, 9)
+    one, grouped = CompiledUpdate(one_agent, cfg, per_call=1), CompiledUpdate(agent, cfg)
+    assert grouped.per_call == 2
+    torch.manual_seed(7)
+    want = ppo_update(one_agent, one_opt, cfg, PhaseTimer(), *rollout, compiled=one)
+    torch.manual_seed(7)
+    got = ppo_update(agent, opt, cfg, PhaseTimer(), *rollout, compiled=grouped)
+    assert got == pytest.approx(want, rel=1e-6, abs=1e-7)
+    for (name, p), q in zip(agent.named_parameters(), one_agent.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7, msg=name)
+    assert {float(opt.state[p]["step"]) for p in opt.state} == {16.0}  # every minibatch stepped Adam
+    with pytest.raises(ValueError, match=r"per_call: expected a divisor of num_minibatches \(8\), got 3"):
+        CompiledUpdate(agent, cfg, per_call=3)
+
+
 def test_compiled_update_takes_only_the_eager_optimizer() -> None:
     agent, _ = _agent()
     with pytest.raises(ValueError, match="optimizer: the compiled update takes the eager path's torch.optim.Adam"):

@@ -243,6 +243,42 @@ def _minibatch_step(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOC
     return stats
 
 
+def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, betas: tuple[float, float],
+                     eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                     exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
+                     b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
+                     b_adv: torch.Tensor, b_ret: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``perms.shape[0]`` minibatches one after the other (row indices ``perms[i]``), each :func:`_minibatch_step`
+    on the parameters and state the one before left: what :class:`CompiledUpdate` compiles, so that small
+    minibatches share one call's fixed costs. The last minibatch's loss stats."""
+    stats = None
+    for i in range(perms.shape[0]):
+        stats = _minibatch_step(grad_fn, names, cfg, betas, eps, params, exp_avg, exp_avg_sq, steps, lr, b_obs,
+                                b_actions, b_logp, b_values, b_adv, b_ret, perms[i])  # fmt: skip
+    return stats
+
+
+def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
+    """How many minibatches :class:`CompiledUpdate` runs per compiled call: the most (at most
+    :data:`MAX_MINIBATCHES_PER_CALL`, dividing ``num_minibatches``) whose rows together stay within
+    :data:`ROWS_PER_CALL`. One call has a fixed cost (~0.25 ms on the 2-core development VM: the kernels' fixed
+    costs, Dynamo's and AOTAutograd's wrappers) that a 128-row minibatch's arithmetic does not dwarf; the cold
+    compile grows with the minibatches a call unrolls (Pendulum-v1's 4 x 128 rows: 10 -> 25 s)."""
+    mb = batch // cfg.num_minibatches
+    k = 1
+    for cand in range(1, MAX_MINIBATCHES_PER_CALL + 1):
+        if cfg.num_minibatches % cand == 0 and cand * mb <= ROWS_PER_CALL:
+            k = cand
+    return k
+
+
+#: Rows per compiled update call below which minibatches are grouped (:func:`minibatches_per_call`): the pinned
+#: CartPole-v1 and Acrobot-v1 minibatches (512 rows) keep one call each, Pendulum-v1's (128) go four to a call.
+ROWS_PER_CALL = 512
+#: The most minibatches one compiled call unrolls (its cold compile grows with them).
+MAX_MINIBATCHES_PER_CALL = 4
+
+
 def _minibatch_grads(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, params: list[torch.Tensor],
                      b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
                      b_adv: torch.Tensor, b_ret: torch.Tensor,
@@ -298,8 +334,13 @@ class CompiledUpdate:
     no GPU.
     """
 
-    def __init__(self, agent: Agent, cfg: PPOConfig) -> None:
+    def __init__(self, agent: Agent, cfg: PPOConfig, per_call: int | None = None) -> None:
         self.agent, self.cfg = agent, cfg
+        #: Minibatches per compiled call (:func:`minibatches_per_call` unless given); :meth:`step` takes their rows.
+        self.per_call = minibatches_per_call(cfg, cfg.batch_size) if per_call is None else int(per_call)
+        if self.per_call < 1 or cfg.num_minibatches % self.per_call:
+            raise ValueError(f"per_call: expected a divisor of num_minibatches ({cfg.num_minibatches}), "
+                             f"got {per_call}")  # fmt: skip
         named = dict(agent.named_parameters())
         self.names = [n for n, p in agent.named_parameters() if p.requires_grad]
         self.params = [named[n] for n in self.names]
@@ -325,7 +366,7 @@ class CompiledUpdate:
         a = self.agent
         n_out = a.actor[-1].out_features
         key = (a.actor[0].in_features, n_out if a.discrete else None, a.actor[0].out_features, self.cfg, betas, eps,
-               str(self.device), a.action_dim, torch.get_num_threads())  # fmt: skip
+               str(self.device), a.action_dim, torch.get_num_threads(), self.per_call)  # fmt: skip
         # One compiled step per shape and config in the process (and per thread count: Inductor's CPU code fixes
         # its OpenMP team size when it generates the kernels, so a run under another torch.set_num_threads gets
         # its own compile rather than the other's team size), around a template agent (functional_call swaps
@@ -333,7 +374,7 @@ class CompiledUpdate:
         # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
             template = compile_template(Agent(key[0], key[1], key[2], action_dim=key[7]).to(self.device), self.device)
-            fn = functools.partial(_minibatch_step, _grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas,
+            fn = functools.partial(_minibatch_steps, _grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas,
                                    eps)  # fmt: skip
             if self.device.type == "cuda":  # CUDA graphs: one launch a step
                 _COMPILED[key] = torch.compile(fn, dynamic=False, mode="reduce-overhead")
@@ -370,11 +411,12 @@ class CompiledUpdate:
         a_dim = self.agent.action_dim  # Box actions of several components are [batch, A]
         actions = (torch.zeros(batch, dtype=torch.long, device=dev) if self.agent.discrete
                    else z(batch, a_dim) if a_dim > 1 else z())  # fmt: skip
-        perm = torch.arange(batch, device=dev)
+        rows = self.per_call * mb
+        perm = torch.arange(batch, device=dev)[batch - rows :].view(self.per_call, mb)  # as ppo_update slices them
         with torch.no_grad():
             fn(params, [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
                [torch.zeros((), device=dev) for _ in params], torch.zeros((), device=dev), z(batch, d), actions, z(),
-               z(), z(), z(), perm[mb : 2 * mb])  # fmt: skip
+               z(), z(), z(), perm)  # fmt: skip
         _WARM.add(key)
 
     def _lookup(self, optimizer: torch.optim.Optimizer) -> tuple:
@@ -409,9 +451,12 @@ class CompiledUpdate:
                 self._stanced = False
 
     def step(self, optimizer: torch.optim.Optimizer, *rollout: torch.Tensor) -> torch.Tensor:
-        """One minibatch (``rollout``: the six flattened rollout tensors, then the minibatch's row indices) at the
-        optimizer's current lr; the loss stats ``[pg, v, entropy, approx_kl]``."""
+        """:attr:`per_call` minibatches, one after the other (``rollout``: the six flattened rollout tensors, then
+        the minibatches' row indices, ``[per_call, rows]`` or flat) at the optimizer's current lr; the last
+        one's loss stats ``[pg, v, entropy, approx_kl]``."""
         key, fn, exp_avg, exp_avg_sq, steps = self._lookup(optimizer)
+        if rollout:
+            rollout = (*rollout[:-1], rollout[-1].view(self.per_call, -1))
         lr = float(optimizer.param_groups[0]["lr"])
         if lr != self._lr_value:  # annealed once per update: one fill, then 15 minibatches reuse it
             self.lr.fill_(lr)
@@ -455,10 +500,11 @@ def ppo_update(
     for _ in range(cfg.update_epochs):
         perm = torch.randperm(batch_size, device=b_obs.device)
         if compiled is not None:
+            rows = compiled.per_call * minibatch  # minibatches per compiled call, run in this order
             with compiled.calls(optimizer):
-                for start in range(0, batch_size, minibatch):
+                for start in range(0, batch_size, rows):
                     stats = compiled.step(optimizer, b_obs, b_actions, b_logprobs, b_values, b_advantages,
-                                          b_returns, perm[start : start + minibatch])  # fmt: skip
+                                          b_returns, perm[start : start + rows])  # fmt: skip
             pg_loss, v_loss, entropy_loss, approx_kl = stats.unbind(0)
             continue
         for start in range(0, batch_size, minibatch):
