@@ -325,7 +325,8 @@ _WARM: set = set()
 class CompiledUpdate:
     """A PPO minibatch as one ``torch.compile`` call: gather, advantage normalisation, loss, gradient
     (``torch.func.grad``), grad-norm clip and the Adam step (:func:`_minibatch_step`), so a minibatch costs one
-    compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size. The
+    compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size; small
+    minibatches :attr:`per_call` to a call, one after the other (:func:`minibatches_per_call`). The
     parameters and the Adam state are the agent's and the ``torch.optim.Adam``'s own tensors, updated in place:
     the optimizer's state and ``lr`` (read at every step, a tensor in the graph, so annealing does not
     recompile) stay the truth, and the eager path could take over at any step. On CUDA it is compiled with

@@ -20,7 +20,7 @@
 
 A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with the
 PyTorch agent (all but ``jax``) runs each PPO minibatch as one ``torch.compile`` call (:class:`ppo.CompiledUpdate`:
-gather, advantage normalisation, loss, gradient, clip and Adam); the suffix ``+eager-update``
+gather, advantage normalisation, loss, gradient, clip and Adam; small minibatches up to four to a call); the suffix ``+eager-update``
 (``torch+eager-update``, ``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report
 shows what compiling the update buys. ``+compiled-update`` names the default explicitly (older commands used it).
 
