@@ -129,8 +129,14 @@ def source_hash(source: str, options: tuple[str, ...] = ()) -> str:
     return h.hexdigest()[:16]
 
 
+def mlp_build_width(kind: int, hidden: int) -> int | None:
+    """The hidden width an MLP policy's kernels are built for (PK_MLP_HIDDEN of pk_policy.h and pk_policy.cuh,
+    the Numba policy build's ``width``): the hidden layers' accumulators then live in registers, not in
+    per-thread arrays of the widest width; one build per width in use. None for the random policy (kind 0)."""
+    return int(hidden) if kind == 1 else None
+
+
 def mlp_width_option(kind: int, hidden: int, prefix: str = "-D") -> tuple[str, ...]:
-    """The build option that fixes an MLP policy's hidden width in the kernels (PK_MLP_HIDDEN of pk_policy.h
-    and pk_policy.cuh): the hidden layers' accumulators then live in registers, not in per-thread arrays of
-    the widest width; one build per width in use. None for the random policy (kind 0)."""
-    return (f"{prefix}PK_MLP_HIDDEN={int(hidden)}",) if kind == 1 else ()
+    """:func:`mlp_build_width` as a build option (none for the random policy)."""
+    width = mlp_build_width(kind, hidden)
+    return () if width is None else (f"{prefix}PK_MLP_HIDDEN={width}",)

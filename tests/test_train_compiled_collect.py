@@ -176,7 +176,7 @@ def test_a_step_that_breaks_the_graph_runs_nothing_and_says_so() -> None:
 
 def test_acrobot_collects_in_one_graph_as_the_eager_loop_does() -> None:
     """Acrobot-v1's step has a data-dependent loop (its angle wrap), which under torch.compile runs as torch's
-    ``while_loop`` inside the graph (``_torch_ops._wrap_compiled``): the step compiles whole, its runs record
+    ``while_loop`` inside the graph (``_torch_ops._wrap``): the step compiles whole, its runs record
     ``collect: "compiled"``, and it collects the eager loop's rollout as CartPole's does above: the discrete
     outcomes and the generator bitwise, the floats to float32 rounding (Inductor's sin and cos, a few ulp)."""
     task = config.task("Acrobot-v1")

@@ -79,6 +79,22 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def rate_summary(rates: list[float]) -> dict[str, float]:
+    """Median and 10th-90th percentile (portkern.portability.metrics.spread) of one case's per-round rates."""
+    from portkern.portability.metrics import spread
+
+    lo, hi = spread(sorted(rates))
+    return {"median": statistics.median(rates), "p10": lo, "p90": hi}
+
+
+def paired_ratio(a: list[float], b: list[float]) -> dict[str, Any]:
+    """Case ``a``'s rate over case ``b``'s, timed in the same rounds: the ratio of medians, the median and
+    10th-90th percentile of the per-round ratios, and the verdict (faster / slower beyond that interval)."""
+    per_round = rate_summary([x / y for x, y in zip(a, b)])
+    result = "faster" if per_round["p10"] > 1 else "slower" if per_round["p90"] < 1 else "within noise"
+    return {"ratio_of_medians": statistics.median(a) / statistics.median(b), "per_round": per_round, "result": result}
+
+
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

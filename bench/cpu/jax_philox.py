@@ -22,16 +22,14 @@ round), and new over old: the ratio of medians and the 10th-90th percentile of t
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from typing import Any
 
 import jax
 import numpy as np
-from _common import machine_info, round_orders, write_json
+from _common import interleaved, machine_info, paired_ratio, rate_summary, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -40,7 +38,6 @@ from portkern.backends import _jax_ops as ops
 from portkern.backends import get_backend
 from portkern.backends.jax import JaxBackend
 from portkern.policy import MLPPolicy
-from portkern.portability.metrics import spread
 from portkern.train import config as train_config
 from portkern.train import jax_ppo
 
@@ -101,40 +98,25 @@ def cases_for(env_id: str, n: int, steps: int) -> dict[str, dict[str, Callable[[
         if trained:
             fn, state = jax.jit(partial(jax_ppo.rollout, st)), jax_ppo.init_state(st, 1)
             calls["train rollout"] = lambda fn=fn, state=state: jax.block_until_ready(fn(state))
-        with old_build() if build == "old" else _nothing():
+        with old_build() if build == "old" else nullcontext():
             for name, call in calls.items():
                 call()  # traces and compiles this build's program
                 out[name][build] = call
     return out
 
 
-@contextmanager
-def _nothing():
-    yield
-
-
 def measure(env_id: str, n: int, steps: int, repeats: int) -> list[dict[str, Any]]:
     rows = []
     for case, builds in cases_for(env_id, n, steps).items():
-        secs: dict[str, list[float]] = {b: [] for b in builds}
-        for order in round_orders(list(builds), repeats):
-            for b in order:
-                t = time.perf_counter()
-                builds[b]()
-                secs[b].append(time.perf_counter() - t)
+        secs = interleaved(builds, repeats)
         rates = {b: [1.0 / s for s in xs] for b, xs in secs.items()}
-        per_round = sorted(a / o for a, o in zip(rates["new"], rates["old"]))
-        lo, hi = spread(per_round)
         ppo = train_config.task(env_id).ppo if case == "train rollout" else None
         shape = ({"num_envs": ppo.num_envs, "T": ppo.num_steps} if ppo is not None
                  else {"num_envs": n, "T": steps if case == "rollout" else 1})  # fmt: skip
         rows.append({
             "env": env_id, "case": case, **shape, "seconds": secs,
-            "calls_per_s": {b: {"median": statistics.median(r), "p10": spread(sorted(r))[0],
-                                "p90": spread(sorted(r))[1]} for b, r in rates.items()},
-            "new_over_old": {"ratio_of_medians": statistics.median(rates["new"]) / statistics.median(rates["old"]),
-                             "per_round": {"median": statistics.median(per_round), "p10": lo, "p90": hi},
-                             "result": "faster" if lo > 1 else "slower" if hi < 1 else "within noise"},
+            "calls_per_s": {b: rate_summary(r) for b, r in rates.items()},
+            "new_over_old": paired_ratio(rates["new"], rates["old"]),
         })  # fmt: skip
     return rows
 

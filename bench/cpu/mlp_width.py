@@ -17,11 +17,9 @@ ratios (the two ran in the same round). bench/gpu/gpu_bench.py has the same pair
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from typing import Any
 
-from _common import machine_info, round_orders, write_json
+from _common import interleaved, machine_info, paired_ratio, rate_summary, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -30,7 +28,6 @@ from portkern.backends import get_backend
 from portkern.backends import opencl as _opencl  # noqa: F401  (registers PyPI OpenCL drivers first)
 from portkern.backends._opencl_devices import device_ids
 from portkern.policy import MLPPolicy
-from portkern.portability.metrics import spread
 
 BUILDS = {"width": True, "run-time": False}
 
@@ -55,26 +52,14 @@ def measure(device: str, env_id: str, n: int, steps: int, hidden: int, repeats: 
         return run
 
     cases = {name: case(fixed) for name, fixed in BUILDS.items()}
-    for fn in cases.values():  # builds and warms both
-        fn()
-    secs: dict[str, list[float]] = {name: [] for name in cases}
-    for order in round_orders(list(cases), repeats):
-        for name in order:
-            t = time.perf_counter()
-            cases[name]()
-            secs[name].append(time.perf_counter() - t)
+    secs = interleaved(cases, repeats)  # builds and warms both first
     be.fixed_mlp_width = True
     rates = {name: [n * steps / s for s in xs] for name, xs in secs.items()}
-    per_round = sorted(w / r for w, r in zip(rates["width"], rates["run-time"]))
-    lo, hi = spread(per_round)
     return {
         "device": be.device_name, "env": env_id, "num_envs": n, "T": steps, "hidden": hidden,
         "seconds": secs,
-        "env_steps_per_s": {name: {"median": statistics.median(r), "p10": spread(sorted(r))[0],
-                                   "p90": spread(sorted(r))[1]} for name, r in rates.items()},
-        "width_over_run_time": {"ratio_of_medians": statistics.median(rates["width"]) / statistics.median(rates["run-time"]),
-                                "per_round": {"median": statistics.median(per_round), "p10": lo, "p90": hi},
-                                "result": "faster" if lo > 1 else "slower" if hi < 1 else "within noise"},
+        "env_steps_per_s": {name: rate_summary(r) for name, r in rates.items()},
+        "width_over_run_time": paired_ratio(rates["width"], rates["run-time"]),
     }  # fmt: skip
 
 

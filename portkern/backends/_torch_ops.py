@@ -150,41 +150,32 @@ def _wrap(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
     """:func:`_wrap_loop` with one test instead of one per iteration and loop (a host sync each in eager torch):
     each loop's first WRAP_UNROLL iterations run unconditionally (``where`` leaves an element in range as it
     is, so an iteration past the loop's end changes nothing), then one test sends a state still out of range
-    through the loops themselves. Under torch.compile the loops go on in the graph instead (:func:`_wrap_compiled`).
-    Bit for bit the reference."""
-    if torch.compiler.is_compiling():
-        return _wrap_compiled(x, lo, hi, span)
+    through the loops themselves. Under torch.compile each loop instead goes on as torch's ``while_loop`` (a
+    loop Inductor compiles, its test read inside the compiled code; usually zero more iterations), every
+    subtraction before any addition as in Gymnasium: a data-dependent trip count without a graph break, so an
+    Acrobot step compiles to one graph. Bit for bit the reference."""
+    compiling = torch.compiler.is_compiling()
+    if compiling:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        # The loops may close over tensors and ints only, none aliasing another: Python-float bounds become 0-d
+        # tensors of x's dtype (the comparisons and sums with a Python float round them so anyway), tensor
+        # bounds (views of one params array) copies.
+        lo, hi, span = (v.clone() if isinstance(v, torch.Tensor)
+                        else torch.scalar_tensor(v, dtype=x.dtype, device=x.device) for v in (lo, hi, span))  # fmt: skip
     up = x
     for _ in range(WRAP_UNROLL):
         up = torch.where(up > hi, up - span, up)
+    if compiling:
+        (up,) = while_loop(lambda v: (v > hi).any(), lambda v: (torch.where(v > hi, v - span, v),), (up,))
     down = up
     for _ in range(WRAP_UNROLL):
         down = torch.where(down < lo, down + span, down)
+    if compiling:
+        (down,) = while_loop(lambda v: (v < lo).any(), lambda v: (torch.where(v < lo, v + span, v),), (down,))
+        return down
     if _any((up > hi) | (down < lo)):
         return _wrap_loop(x, lo, hi, span)
-    return down
-
-
-def _wrap_compiled(x: torch.Tensor, lo: Any, hi: Any, span: Any) -> torch.Tensor:
-    """:func:`_wrap` for torch.compile: each loop's WRAP_UNROLL unconditional iterations, then the loop itself as
-    torch's ``while_loop`` (a loop Inductor compiles, its test read inside the compiled code), usually zero more
-    iterations. Gymnasium's order holds per element: every subtraction (``> hi``) before any addition (``< lo``).
-    A data-dependent trip count without a graph break, so an Acrobot step compiles to one graph."""
-    from torch._higher_order_ops.while_loop import while_loop
-
-    # The loops may close over tensors and ints only, none aliasing another: Python-float bounds become 0-d
-    # tensors of x's dtype (the comparisons and sums with a Python float round them so anyway), tensor bounds
-    # (views of one params array) copies.
-    lo, hi, span = (v.clone() if isinstance(v, torch.Tensor) else torch.scalar_tensor(v, dtype=x.dtype, device=x.device)
-                    for v in (lo, hi, span))  # fmt: skip
-    up = x
-    for _ in range(WRAP_UNROLL):
-        up = torch.where(up > hi, up - span, up)
-    (up,) = while_loop(lambda v: (v > hi).any(), lambda v: (torch.where(v > hi, v - span, v),), (up,))
-    down = up
-    for _ in range(WRAP_UNROLL):
-        down = torch.where(down < lo, down + span, down)
-    (down,) = while_loop(lambda v: (v < lo).any(), lambda v: (torch.where(v < lo, v + span, v),), (down,))
     return down
 
 

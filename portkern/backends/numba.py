@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import _abi
+from .._kernels import mlp_build_width
 from ..envs.base import EnvSpec
 from ._cuda_common import MAX_PARTIALS as _MAX_PARTIALS
 from ._cuda_common import one_line, resolve_device
@@ -230,7 +231,7 @@ class NumbaBackend(Backend):
     fixed_mlp_width: bool = True
 
     def _mlp_width(self, kind: int, hidden: int) -> int | None:
-        return int(hidden) if kind == 1 and self.fixed_mlp_width else None
+        return mlp_build_width(kind, hidden) if self.fixed_mlp_width else None
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, _ = self._check_mlp(policy_params, obs, hidden, out_dim)

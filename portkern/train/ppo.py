@@ -258,6 +258,13 @@ def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPO
     return stats
 
 
+#: Rows per compiled update call below which minibatches are grouped (:func:`minibatches_per_call`): the pinned
+#: CartPole-v1 and Acrobot-v1 minibatches (512 rows) keep one call each, Pendulum-v1's (128) go four to a call.
+ROWS_PER_CALL = 512
+#: The most minibatches one compiled call unrolls (its cold compile grows with them).
+MAX_MINIBATCHES_PER_CALL = 4
+
+
 def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
     """How many minibatches :class:`CompiledUpdate` runs per compiled call: the most (at most
     :data:`MAX_MINIBATCHES_PER_CALL`, dividing ``num_minibatches``) whose rows together stay within
@@ -270,13 +277,6 @@ def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
         if cfg.num_minibatches % cand == 0 and cand * mb <= ROWS_PER_CALL:
             k = cand
     return k
-
-
-#: Rows per compiled update call below which minibatches are grouped (:func:`minibatches_per_call`): the pinned
-#: CartPole-v1 and Acrobot-v1 minibatches (512 rows) keep one call each, Pendulum-v1's (128) go four to a call.
-ROWS_PER_CALL = 512
-#: The most minibatches one compiled call unrolls (its cold compile grows with them).
-MAX_MINIBATCHES_PER_CALL = 4
 
 
 def _minibatch_grads(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, params: list[torch.Tensor],
