@@ -2,7 +2,8 @@
 update (gather, normalisation, loss, clip_grad_norm_, torch.optim.Adam) to float32 rounding, the stack names
 that say which update ran, and one compiled smoke run through the CLI.
 
-Every test here compiles one graph, the pinned CartPole-v1 config's, cached per process: the first one pays it."""
+Every test here but the grouping one compiles one graph, the pinned CartPole-v1 config's (one call per epoch of four
+minibatches), cached per process: the first one pays it."""
 
 from __future__ import annotations
 
@@ -44,35 +45,40 @@ def _agent() -> tuple[Agent, torch.optim.Adam]:
 
 
 def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
-    """Three minibatch steps, the lr changed before the third (annealing): parameters, Adam moments and step
-    counts as the eager gather, normalisation, backward, clip_grad_norm_ and torch.optim.Adam leave them."""
+    """Two compiled calls of the pinned config's four 512-row minibatches each (one epoch a call:
+    ppo.minibatches_per_call), the lr changed before the second (annealing): parameters, Adam moments and step
+    counts as eight eager gathers, normalisations, backwards, clip_grad_norm_ and torch.optim.Adam steps leave
+    them, and each call's loss stats its last minibatch's."""
     cfg = TASK.ppo
     mb = cfg.batch_size // cfg.num_minibatches
     eager_agent, eager_opt = _agent()
     agent, opt = _agent()
     rollout = _rollout(agent, 4)
-    perm = torch.randperm(cfg.batch_size, generator=torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    perms = [torch.randperm(cfg.batch_size, generator=g) for _ in range(2)]
     compiled = CompiledUpdate(agent, cfg)
+    assert compiled.per_call == cfg.num_minibatches == 4
     compiled.warm_up(opt, cfg.batch_size)  # as the runner does: the same graph its runs compile
     assert not opt.state and all(p.grad is None for p in agent.parameters())  # warm-up leaves both untouched
     norms = []
-    for i in range(3):
-        if i == 2:
+    for call, perm in enumerate(perms):
+        if call == 1:
             for o in (eager_opt, opt):
                 o.param_groups[0]["lr"] = 0.25 * cfg.lr
-        idx = perm[i * mb : (i + 1) * mb]
-        obs, actions, old_logp, old_v, adv, ret = (t[idx] for t in rollout)
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        _, newlogp, entropy, newv = eager_agent.act(obs, actions)
-        ratio = (newlogp - old_logp).exp()
-        pg = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-        vc = old_v + torch.clamp(newv - old_v, -cfg.clip_coef, cfg.clip_coef)
-        v_loss = 0.5 * torch.max((newv - ret) ** 2, (vc - ret) ** 2).mean()
-        eager_opt.zero_grad()
-        (pg - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss).backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(eager_agent.parameters(), cfg.max_grad_norm)))
-        eager_opt.step()
-        stats = compiled.step(opt, *rollout, idx)
+        for i in range(cfg.num_minibatches):
+            idx = perm[i * mb : (i + 1) * mb]
+            obs, actions, old_logp, old_v, adv, ret = (t[idx] for t in rollout)
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            _, newlogp, entropy, newv = eager_agent.act(obs, actions)
+            ratio = (newlogp - old_logp).exp()
+            pg = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            vc = old_v + torch.clamp(newv - old_v, -cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((newv - ret) ** 2, (vc - ret) ** 2).mean()
+            eager_opt.zero_grad()
+            (pg - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss).backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(eager_agent.parameters(), cfg.max_grad_norm)))
+            eager_opt.step()
+        stats = compiled.step(opt, *rollout, perm)
         torch.testing.assert_close(stats[0], pg.detach(), rtol=1e-5, atol=1e-6)
     assert max(norms) > cfg.max_grad_norm, norms  # the clip scaled at least one step
     want = dict(eager_agent.named_parameters())
@@ -80,8 +86,11 @@ def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
         torch.testing.assert_close(p.detach(), want[name].detach(), rtol=1e-5, atol=1e-7, msg=name)
         if p.requires_grad:
             got, ref = opt.state[p], eager_opt.state[want[name]]
-            assert float(got["step"]) == float(ref["step"]) == 3.0
-            torch.testing.assert_close(got["exp_avg"], ref["exp_avg"], rtol=1e-5, atol=1e-8, msg=name)
+            assert float(got["step"]) == float(ref["step"]) == 8.0
+            # A gradient is a sum over 512 rows, in another order than the eager backward's: ~1e-8 apart after
+            # eight steps where the moment is near zero.
+            torch.testing.assert_close(got["exp_avg"], ref["exp_avg"], rtol=1e-5, atol=1e-7,
+                                       msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip
             torch.testing.assert_close(got["exp_avg_sq"], ref["exp_avg_sq"], rtol=1e-5, atol=1e-10, msg=name)
         else:
             assert p not in opt.state  # CartPole's unused log-std: no state, as the eager Adam keeps none
@@ -106,12 +115,12 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
     after ``load_state_dict`` (every parameter's state replaced) or with another optimizer it must look again and
     step the state the optimizer now holds, as an uninterrupted run steps its own."""
     cfg = TASK.ppo
-    mb = cfg.batch_size // cfg.num_minibatches
     ref_agent, ref_opt = _agent()
     agent, opt = _agent()
     rollout = _rollout(agent, 8)
     ref, compiled = CompiledUpdate(ref_agent, cfg), CompiledUpdate(agent, cfg)
-    first, second = torch.arange(mb), torch.arange(mb, 2 * mb)
+    k = compiled.per_call  # Adam steps per call
+    first, second = torch.arange(cfg.batch_size), torch.arange(cfg.batch_size).flip(0)
     for c, o in ((ref, ref_opt), (compiled, opt)):
         c.step(o, *rollout, first)
     opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # the same values in new tensors (a checkpoint's)
@@ -122,17 +131,17 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
     for name, p in agent.named_parameters():
         torch.testing.assert_close(p.detach(), want[name].detach(), msg=name)
         if p.requires_grad:
-            assert float(opt.state[p]["step"]) == 2.0, name
+            assert float(opt.state[p]["step"]) == 2.0 * k, name
             torch.testing.assert_close(opt.state[p]["exp_avg_sq"], ref_opt.state[want[name]]["exp_avg_sq"], msg=name)
     other = make_optimizer(agent, cfg)  # a fresh optimizer for the same agent: its own state, from step 1
     compiled.step(other, *rollout, first)
-    assert {float(other.state[p]["step"]) for p in other.state} == {1.0}
-    assert {float(opt.state[p]["step"]) for p in opt.state} == {2.0}  # the first optimizer's state untouched
+    assert {float(other.state[p]["step"]) for p in other.state} == {float(k)}
+    assert {float(opt.state[p]["step"]) for p in opt.state} == {2.0 * k}  # the first optimizer's state untouched
 
 
 def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None:
-    """Minibatches of 256 rows go two to a compiled call (ppo.minibatches_per_call: 512 rows a call at most), run
-    one after the other inside it: one whole update (2 epochs x 8 minibatches, the same permutations drawn) leaves
+    """Minibatches of 256 rows go four to a compiled call (ppo.minibatches_per_call: at most four, and 2,048 rows),
+    run one after the other inside it: one whole update (2 epochs x 8 minibatches, the same permutations drawn) leaves
     the parameters, Adam state and losses that one call per minibatch leaves (itself the eager update's to float32
     rounding: the tests above); a per_call that does not divide the minibatches is refused."""
     import dataclasses
@@ -142,7 +151,7 @@ def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None
     agent, opt = _agent()
     rollout = _rollout(agent, 9)
     one, grouped = CompiledUpdate(one_agent, cfg, per_call=1), CompiledUpdate(agent, cfg)
-    assert grouped.per_call == 2
+    assert grouped.per_call == 4
     torch.manual_seed(7)
     want = ppo_update(one_agent, one_opt, cfg, PhaseTimer(), *rollout, compiled=one)
     torch.manual_seed(7)
@@ -153,6 +162,24 @@ def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None
     assert {float(opt.state[p]["step"]) for p in opt.state} == {16.0}  # every minibatch stepped Adam
     with pytest.raises(ValueError, match=r"per_call: expected a divisor of num_minibatches \(8\), got 3"):
         CompiledUpdate(agent, cfg, per_call=3)
+
+
+@pytest.mark.parametrize("minibatches, rows, per_call", [
+    (4, 512, 4),  # the pinned CartPole-v1 and Acrobot-v1 configs: one call per epoch
+    (32, 128, 4),  # Pendulum-v1's: at most four minibatches a call, however small
+    (4, 1024, 2),  # 2,048 rows a call at most
+    (3, 512, 3),  # a divisor of the minibatches
+    (6, 512, 3),
+    (1, 2048, 1),
+    (2, 4096, 1),  # one minibatch past the rows: a call each
+])  # fmt: skip
+def test_minibatches_per_call_groups_small_minibatches(minibatches: int, rows: int, per_call: int) -> None:
+    import dataclasses
+
+    from portkern.train.ppo import minibatches_per_call
+
+    cfg = dataclasses.replace(TASK.ppo, num_minibatches=minibatches)
+    assert minibatches_per_call(cfg, minibatches * rows) == per_call
 
 
 def test_compiled_update_takes_only_the_eager_optimizer() -> None:

@@ -34,8 +34,8 @@ UPDATE_PARTS = {
     "normalize": "per-minibatch advantage normalisation",
 }
 #: A run's ``update_parts_note`` where the update is compiled: its parts are fused into the update, not timed.
-COMPILED_PARTS_NOTE = ("fused: the compiled update gathers and normalises inside its one call per minibatch, so "
-                       "update_parts are not timed apart (0); 'update' holds them")  # fmt: skip
+COMPILED_PARTS_NOTE = ("fused: the compiled update gathers and normalises inside its compiled calls (one per "
+                       "minibatch or per few), so update_parts are not timed apart (0); 'update' holds them")  # fmt: skip
 
 
 class PhaseTimer:
@@ -258,9 +258,9 @@ def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPO
     return stats
 
 
-#: Rows per compiled update call below which minibatches are grouped (:func:`minibatches_per_call`): the pinned
-#: CartPole-v1 and Acrobot-v1 minibatches (512 rows) keep one call each, Pendulum-v1's (128) go four to a call.
-ROWS_PER_CALL = 512
+#: Rows per compiled update call up to which minibatches are grouped (:func:`minibatches_per_call`): the pinned
+#: CartPole-v1 and Acrobot-v1 minibatches (4 x 512 rows) make one call per epoch, Pendulum-v1's (128) four to a call.
+ROWS_PER_CALL = 2048
 #: The most minibatches one compiled call unrolls (its cold compile grows with them).
 MAX_MINIBATCHES_PER_CALL = 4
 
@@ -268,9 +268,11 @@ MAX_MINIBATCHES_PER_CALL = 4
 def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
     """How many minibatches :class:`CompiledUpdate` runs per compiled call: the most (at most
     :data:`MAX_MINIBATCHES_PER_CALL`, dividing ``num_minibatches``) whose rows together stay within
-    :data:`ROWS_PER_CALL`. One call has a fixed cost (~0.25 ms on the 2-core development VM: the kernels' fixed
-    costs, Dynamo's and AOTAutograd's wrappers) that a 128-row minibatch's arithmetic does not dwarf; the cold
-    compile grows with the minibatches a call unrolls (Pendulum-v1's 4 x 128 rows: 10 -> 25 s)."""
+    :data:`ROWS_PER_CALL`. One call has a fixed cost (~0.15-0.25 ms on the 2-core development VM: Dynamo's and
+    AOTAutograd's wrappers, the C++ wrapper's argument handling) that neither a 128-row nor a 512-row minibatch's
+    arithmetic dwarfs (CartPole-v1's 512 rows: ~0.45 ms of kernels); the cold compile grows with the minibatches a
+    call unrolls (Pendulum-v1's 4 x 128 rows: 10 -> 25 s, CartPole-v1's 4 x 512: 18 -> 33 s), once per shape
+    and machine (Inductor's on-disk cache keeps it), and is timed apart from the runs."""
     mb = batch // cfg.num_minibatches
     k = 1
     for cand in range(1, MAX_MINIBATCHES_PER_CALL + 1):
@@ -325,7 +327,7 @@ _WARM: set = set()
 class CompiledUpdate:
     """A PPO minibatch as one ``torch.compile`` call: gather, advantage normalisation, loss, gradient
     (``torch.func.grad``), grad-norm clip and the Adam step (:func:`_minibatch_step`), so a minibatch costs one
-    compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size; small
+    compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size; the
     minibatches :attr:`per_call` to a call, one after the other (:func:`minibatches_per_call`). The
     parameters and the Adam state are the agent's and the ``torch.optim.Adam``'s own tensors, updated in place:
     the optimizer's state and ``lr`` (read at every step, a tensor in the graph, so annealing does not
@@ -494,7 +496,8 @@ def ppo_update(
 ) -> tuple[float, float, float, float]:
     """CleanRL's clipped-objective epochs over shuffled minibatches: ``(pg, v, entropy, approx_kl)``; with
     ``compiled``, each minibatch (gather and normalisation included, so the update parts are not timed apart)
-    is that one compiled call, on the same permutations as the eager path draws."""
+    runs in its compiled calls (``compiled.per_call`` minibatches each, in order), on the same permutations as the
+    eager path draws."""
     batch_size = b_obs.shape[0]
     minibatch = batch_size // cfg.num_minibatches
     pg_loss = v_loss = entropy_loss = approx_kl = torch.zeros(())

@@ -20,7 +20,8 @@
 
 A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with the
 PyTorch agent (all but ``jax``) runs each PPO minibatch as one ``torch.compile`` call (:class:`ppo.CompiledUpdate`:
-gather, advantage normalisation, loss, gradient, clip and Adam; small minibatches up to four to a call); the suffix ``+eager-update``
+gather, advantage normalisation, loss, gradient, clip and Adam; up to four minibatches to a call while
+their rows stay within 2,048); the suffix ``+eager-update``
 (``torch+eager-update``, ``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report
 shows what compiling the update buys. ``+compiled-update`` names the default explicitly (older commands used it).
 
@@ -60,7 +61,7 @@ class StackSpec:
     backend: str | None  # None for gymnasium
     mode: str  # "host-sim", "step", "fused", "resident"
     device: str | None = None
-    compiled_update: bool = False  # the PPO update as one compiled call per minibatch (ppo.CompiledUpdate)
+    compiled_update: bool = False  # the PPO update compiled, a call per minibatch or per few (ppo.CompiledUpdate)
     compiled_act: bool = False  # torch stacks: acting and env stepping compiled (CompiledCollect)
 
     @property
