@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="portkern train needs PyTorch: pip install 'portkern[train]'")
 
-from portkern import step  # noqa: E402
+from portkern import envs, step  # noqa: E402
 from portkern.train import config, runner  # noqa: E402
 from portkern.train.ppo import Agent, PhaseTimer  # noqa: E402
 from portkern.train.stacks import Storage, _step, build, parse_stack  # noqa: E402
@@ -213,3 +213,17 @@ def test_unchecked_sampling_draws_what_categorical_draws(n_actions: int, rows: i
     assert torch.equal(got, want) and torch.equal(torch.get_rng_state(), after)
     draws = torch.stack([sample_categorical(torch.tensor([[0.1, 0.9]])) for _ in range(400)])
     assert 0.8 < float(draws.float().mean()) < 0.97  # about 0.9 of the draws are action 1
+
+
+@pytest.mark.parametrize("env_id, num_steps, k", [
+    ("CartPole-v1", 64, 4),
+    ("Pendulum-v1", 128, 4),
+    ("CartPole-v1", 6, 3),  # the most steps dividing the rollout
+    ("CartPole-v1", 7, 1),
+    ("Acrobot-v1", 64, 2),  # capped: Inductor miscompiled its four-step graph (stacks.STEPS_PER_CALL_CAP)
+    ("Chain-v0", 64, 1),  # capped: its step's compile
+])  # fmt: skip
+def test_steps_per_call(env_id: str, num_steps: int, k: int) -> None:
+    from portkern.train.stacks import steps_per_call
+
+    assert steps_per_call(envs.get(env_id), num_steps) == k

@@ -22,7 +22,7 @@ PHASES = {
     "setup": "setup (env build, kernel compile, model init, reset)",
     "act": "acting (policy/value forward, incl. bootstrap values and fused stacks' recomputed log-probs)",
     "env": "environment stepping (fused stacks: stepping and in-kernel acting, one launch per rollout; torch "
-           "stacks: acting, stepping and recording, one compiled call per step, unless +eager-act)",
+           "stacks: acting, stepping and recording, one compiled call per few steps, unless +eager-act)",
     "adv": "advantage computation (GAE)",
     "update": "update (PPO epochs: minibatch gather, advantage normalisation, forward, backward, step)",
     "move": "data movement (device<->host, between libraries)",

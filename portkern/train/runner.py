@@ -73,7 +73,7 @@ class RunResult:
     update: str | None = None
     #: Where update_parts are not timed apart, why (a compiled update gathers and normalises inside its call).
     update_parts_note: str | None = None
-    #: How a torch stack acted and stepped: "compiled" (one torch.compile call per step, phase "env") or "eager"
+    #: How a torch stack acted and stepped: "compiled" (torch.compile calls of a few steps each, phase "env") or "eager"
     #: (its +eager-act variant, or an env step that does not compile to one graph); None on the other stacks.
     collect: str | None = None
 

@@ -8,7 +8,7 @@
   rollout collected in one launch, log-probs and values recomputed in PyTorch from the stored obs and actions.
 * ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
   Each step's acting (the agent's forward and sample, log-prob, value), env step (the torch backends' own
-  physics and autoreset) and storage writes run as one ``torch.compile`` call (:class:`CompiledCollect`; timed
+  physics and autoreset) and storage writes run in one ``torch.compile`` call with the next few steps' (:class:`CompiledCollect`; timed
   as phase "env"; every env's step compiles to one graph, Acrobot-v1's angle-wrap loop as torch's ``while_loop``;
   a step that did not would collect eagerly); the suffix ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time
   through :meth:`VectorEnv.step`, so a report shows what compiling the acting buys. Its label says
@@ -435,11 +435,32 @@ class _CollectGraph:
         return True
 
 
+#: The most env steps one compiled collection call runs (its cold compile grows with them).
+MAX_STEPS_PER_CALL = 4
+#: Envs (``EnvSpec.kernel``) whose compiled collection runs fewer steps a call, and why. Acrobot-v1: at 4 steps a
+#: call (its angle wrap's eight ``while_loop``s in one graph) Inductor on torch 2.13 recorded the value of each
+#: call's first step in its fourth step's row (every other output right), so 2, which collects the eager loop's
+#: rollout (tests/test_train_compiled_collect.py fails at 4). Chain-v0: its articulated-body step is a large
+#: graph whose cold compile is already minutes; unrolled it would be several times that.
+STEPS_PER_CALL_CAP = {"acrobot": 2, "chain": 1}
+
+
+def steps_per_call(spec: envs.EnvSpec, num_steps: int) -> int:
+    """Env steps per compiled collection call: the most (at most :data:`MAX_STEPS_PER_CALL`, or the env's
+    :data:`STEPS_PER_CALL_CAP`) dividing the rollout's ``num_steps``. A call has a fixed cost (~30 us of Dynamo's
+    frame and cache lookup and AOTAutograd's wrapper on the 2-core development VM) and fixed costs per kernel that
+    a 32-env step's arithmetic does not dwarf: CartPole-v1's 64-step rollout of 32 envs took 7.0 ms at one step a
+    call, 4.5 ms at two, 3.5 ms at four."""
+    cap = min(MAX_STEPS_PER_CALL, STEPS_PER_CALL_CAP.get(spec.kernel, MAX_STEPS_PER_CALL))
+    return max(k for k in range(1, cap + 1) if num_steps % k == 0)
+
+
 class CompiledCollect:
-    """A torch stack's acting and env stepping as one ``torch.compile``d call per step (:func:`_act` then
-    :func:`_step`) instead of some sixty eager ops, each paying Python and dispatcher overhead at 32 envs. One
-    call, not one for acting and one for stepping: the second call cost a quarter more per rollout on the 2-core
-    development VM. So the whole step is the phase "env", as a fused stack's in-kernel acting is.
+    """A torch stack's acting and env stepping as ``torch.compile``d calls of :attr:`k` steps each
+    (:func:`steps_per_call`; each step :func:`_act` then :func:`_step`, on the obs the one before left) instead of
+    some sixty eager ops a step, each paying Python and dispatcher overhead at 32 envs. Acting and stepping in one
+    call, not one each: the second call cost a quarter more per rollout on the 2-core development VM. So the whole
+    step is the phase "env", as a fused stack's in-kernel acting is.
 
     Sampling stays the agent's own (``Categorical`` / ``Normal`` of :meth:`Agent.act`) on PyTorch's global
     generator: the step is compiled with Inductor's ``fallback_random``, so its random ops are ATen's, drawing
@@ -457,27 +478,32 @@ class CompiledCollect:
         self.seed = torch.tensor(env.seed, dtype=torch.int64, device=b.device)  # a tensor: no recompile per seed
         self.env_index = torch.arange(env.num_envs, dtype=torch.int64, device=b.device)
         T = store.obs.shape[0]
-        self.ts = list(torch.arange(T, dtype=torch.int64, device=b.device).reshape(T, 1))  # t as data
+        #: Steps per compiled call (:func:`steps_per_call`), and each call's step indices as data.
+        self.k = k = steps_per_call(spec, T)
+        self.ts = list(torch.arange(T, dtype=torch.int64, device=b.device).reshape(T // k, k, 1))
         next_step, max_steps, discrete = env.autoreset == "next_step", int(spec.max_episode_steps), agent.discrete
         a = agent.actor
         # Everything Dynamo guards on that can change between runs, the thread count included (part of its
         # global state guard: a run capped at other threads than the prime's needs its own graph).
         self.key = (spec.id, spec.kernel_key, env.num_envs, T, a[0].in_features, a[0].out_features,
                     a[-1].out_features, discrete, next_step, max_steps, str(b.device), str(bufs.state.dtype),
-                    torch.get_num_threads())  # fmt: skip
+                    torch.get_num_threads(), k)  # fmt: skip
         if self.key not in _COLLECT_STEPS:
             template = compile_template(Agent(a[0].in_features, a[-1].out_features if discrete else None,
                                               a[0].out_features, action_dim=agent.action_dim).to(b.device),
                                         b.device)  # fmt: skip
 
             def collect_step(params, obs, s_obs, s_actions, s_logprobs, s_values, *env_args):  # noqa: ANN001, ANN202
-                t = env_args[-1]
-                actions = _act(template, names, discrete, params, obs, s_obs, s_actions, s_logprobs, s_values, t)
-                _step(spec, next_step, max_steps, actions, *env_args)
+                *env_bufs, ts = env_args
+                for i in range(k):  # k steps one after the other, each acting on the obs the one before left
+                    t = ts[i]
+                    actions = _act(template, names, discrete, params, obs, s_obs, s_actions, s_logprobs, s_values,
+                                   t)  # fmt: skip
+                    _step(spec, next_step, max_steps, actions, *env_bufs, t)
 
             # A code object of its own per key (Dynamo's cache and recompile limit are per code object: one shared
             # by every env and shape would fall back to eager after eight), named for profiles.
-            name = f"pk_collect_{spec.kernel_key}_{env.num_envs}x{T}_{len(_COLLECT_STEPS)}"
+            name = f"pk_collect_{spec.kernel_key}_{env.num_envs}x{T}_k{k}_{len(_COLLECT_STEPS)}"
             _COLLECT_STEPS[self.key] = _CollectGraph(_renamed(collect_step, name), b.device, spec)
         self.graph: _CollectGraph = _COLLECT_STEPS[self.key]
 
@@ -495,8 +521,8 @@ class CompiledCollect:
         stance = torch.compiler.set_stance(skip_guard_eval_unsafe=bool(self.key in _WARM_STEPS and g.whole))
         with timer("env"), torch.no_grad(), stance:
             b.obs.copy_(next_obs)  # the obs acted on first (in every run already the env's own)
-            for t in self.ts:
-                if not g(self.params, b.obs, st.obs, st.actions, st.logprobs, st.values, *env_args, t):
+            for ts in self.ts:  # each call's k step indices
+                if not g(self.params, b.obs, st.obs, st.actions, st.logprobs, st.values, *env_args, ts):
                     return None
             next_obs = b.obs.clone()
         _WARM_STEPS.add(self.key)
