@@ -437,12 +437,14 @@ class _CollectGraph:
 
 #: The most env steps one compiled collection call runs (its cold compile grows with them).
 MAX_STEPS_PER_CALL = 4
-#: Envs (``EnvSpec.kernel``) whose compiled collection runs fewer steps a call, and why. Acrobot-v1: at 4 steps a
-#: call (its angle wrap's eight ``while_loop``s in one graph) Inductor on torch 2.13 recorded the value of each
-#: call's first step in its fourth step's row (every other output right), so 2, which collects the eager loop's
-#: rollout (tests/test_train_compiled_collect.py fails at 4). Chain-v0: its articulated-body step is a large
-#: graph whose cold compile is already minutes; unrolled it would be several times that.
-STEPS_PER_CALL_CAP = {"acrobot": 2, "chain": 1}
+#: Envs (``EnvSpec.kernel``) whose compiled collection runs fewer steps a call, and why. Acrobot-v1, one: with its
+#: angle wrap's ``while_loop``s from more than one step in a graph, Inductor's CPU code on torch 2.13 went wrong.
+#: At 4 steps a call it recorded the value of each call's first step in its fourth step's row (every other output
+#: right; tests/test_train_compiled_collect.py fails); at 2 a fresh rollout matched the eager loop's, but training
+#: runs ended episodes after 8-20 steps (returns of -8 to -14, where about -60 is the best an episode can do;
+#: bench/results/collect-steps-per-call-xeon/). Chain-v0, one: its articulated-body step is a large graph whose
+#: cold compile is already minutes; unrolled it would be several times that.
+STEPS_PER_CALL_CAP = {"acrobot": 1, "chain": 1}
 
 
 def steps_per_call(spec: envs.EnvSpec, num_steps: int) -> int:
