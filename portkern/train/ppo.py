@@ -35,7 +35,8 @@ UPDATE_PARTS = {
 }
 #: A run's ``update_parts_note`` where the update is compiled: its parts are fused into the update, not timed.
 COMPILED_PARTS_NOTE = ("fused: the compiled update gathers and normalises inside its compiled calls (one per "
-                       "minibatch or per few), so update_parts are not timed apart (0); 'update' holds them")  # fmt: skip
+                       "minibatch or per few), so update_parts are not timed apart (0); "
+                       "'update' holds them")  # fmt: skip
 
 
 class PhaseTimer:

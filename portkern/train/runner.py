@@ -68,13 +68,14 @@ class RunResult:
     device_seconds_per_policy: float | None = None
     #: Seeds sharing the device at once with this run (itself included): 1, or K of --parallel-seeds K.
     parallel_seeds: int = 1
-    #: The PPO update that ran: "compiled" (torch.compile calls of one or a few minibatches each) or "eager"; None where the run
-    #: is not the torch instrument's (the jax stack compiles its own whole loop).
+    #: The PPO update that ran: "compiled" (torch.compile calls of one or a few minibatches each) or "eager";
+    #: None where the run is not the torch instrument's (the jax stack compiles its own whole loop).
     update: str | None = None
     #: Where update_parts are not timed apart, why (a compiled update gathers and normalises inside its call).
     update_parts_note: str | None = None
-    #: How a torch stack acted and stepped: "compiled" (torch.compile calls of a few steps each, phase "env") or "eager"
-    #: (its +eager-act variant, or an env step that does not compile to one graph); None on the other stacks.
+    #: How a torch stack acted and stepped: "compiled" (torch.compile calls of a few steps each, phase "env") or
+    #: "eager" (its +eager-act variant, or an env step that does not compile to one graph); None on the other
+    #: stacks.
     collect: str | None = None
 
     def as_dict(self) -> dict[str, Any]:

@@ -8,22 +8,23 @@
   rollout collected in one launch, log-probs and values recomputed in PyTorch from the stored obs and actions.
 * ``torch`` / ``torch_compile`` -- the torch backends: env, agent and storage on one torch device, zero-copy.
   Each step's acting (the agent's forward and sample, log-prob, value), env step (the torch backends' own
-  physics and autoreset) and storage writes run in one ``torch.compile`` call with the next few steps' (:class:`CompiledCollect`; timed
-  as phase "env"; every env's step compiles to one graph, Acrobot-v1's angle-wrap loop as torch's ``while_loop``;
-  a step that did not would collect eagerly); the suffix ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time
-  through :meth:`VectorEnv.step`, so a report shows what compiling the acting buys. Its label says
+  physics and autoreset) and storage writes run in one ``torch.compile`` call with the next few steps'
+  (:class:`CompiledCollect`; timed as phase "env"; every env's step compiles to one graph, Acrobot-v1's
+  angle-wrap loop as torch's ``while_loop``; a step that did not would collect eagerly); the suffix
+  ``+eager-act`` (``torch+eager-act``) keeps the eager loop, one op at a time through :meth:`VectorEnv.step`,
+  so a report shows what compiling the acting buys. Its label says
   ``+eager-act``; the compiled one's label is the plain name, and each run's ``collect`` says which ran.
   Compiled, the two stacks step through one graph (the ops both backends share) and differ only in their GAE;
   ``+eager-act`` keeps each backend's own stepping (eager ops, or torch_compile's compiled step and reset).
 * ``jax`` -- PPO itself in JAX (:mod:`portkern.train.jax_ppo`): rollout scan, GAE scan and every epoch and
   minibatch each one compiled program, PureJaxRL's design, on the jax backend's physics.
 
-A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with the
-PyTorch agent (all but ``jax``) runs each PPO minibatch as one ``torch.compile`` call (:class:`ppo.CompiledUpdate`:
-gather, advantage normalisation, loss, gradient, clip and Adam; up to four minibatches to a call while
-their rows stay within 2,048); the suffix ``+eager-update``
-(``torch+eager-update``, ``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report
-shows what compiling the update buys. ``+compiled-update`` names the default explicitly (older commands used it).
+A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with
+the PyTorch agent (all but ``jax``) runs its PPO minibatches compiled (:class:`ppo.CompiledUpdate`: gather,
+advantage normalisation, loss, gradient, clip and Adam; up to four minibatches to a ``torch.compile`` call while
+their rows stay within 2,048); the suffix ``+eager-update`` (``torch+eager-update``,
+``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report shows what compiling the
+update buys. ``+compiled-update`` names the default explicitly (older commands used it).
 
 The stack names in a training file say which update ran: a compiled update's stack is labelled
 ``NAME+compiled-update[@DEVICE]``, an eager one's ``NAME[@DEVICE]``, as in every file written while the eager
