@@ -1,4 +1,4 @@
-"""The torch stacks' compiled collection (stacks.CompiledCollect, their default): the same rollouts as the eager
+"""The torch stacks' compiled collection (collect.CompiledCollect, their default): the same rollouts as the eager
 loop (``+eager-act``) from the same seed, its branch-free autoreset against the backends' own, the stack names,
 and the phases a run records.
 
@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch", reason="portkern train needs PyTorch: pip i
 from portkern import envs, step  # noqa: E402
 from portkern.train import config, runner  # noqa: E402
 from portkern.train.ppo import Agent, PhaseTimer  # noqa: E402
-from portkern.train.stacks import Storage, _step, build, parse_stack  # noqa: E402
+from portkern.train.collect import _step  # noqa: E402
+from portkern.train.stacks import Storage, build, parse_stack  # noqa: E402
 
 TASK = config.task("CartPole-v1")
 BUFS = ("state", "steps", "episodes", "needs_reset", "obs", "final_obs", "reward", "terminated", "truncated")
@@ -156,7 +157,7 @@ def test_compiled_collect_run_records_its_phases() -> None:
 def test_a_step_that_breaks_the_graph_runs_nothing_and_says_so() -> None:
     """A step Dynamo cannot take whole (a host read inside, as Acrobot's wrap loop had) is refused while tracing,
     before any of it ran: the caller then collects eagerly."""
-    from portkern.train.stacks import _CollectGraph
+    from portkern.train.collect import _CollectGraph
 
     @torch.compiler.disable
     def host_read(x: torch.Tensor) -> bool:
@@ -220,10 +221,10 @@ def test_unchecked_sampling_draws_what_categorical_draws(n_actions: int, rows: i
     ("Pendulum-v1", 128, 4),
     ("CartPole-v1", 6, 3),  # the most steps dividing the rollout
     ("CartPole-v1", 7, 1),
-    ("Acrobot-v1", 64, 1),  # capped: Inductor miscompiled its multi-step graphs (stacks.STEPS_PER_CALL_CAP)
+    ("Acrobot-v1", 64, 1),  # capped: Inductor miscompiled its multi-step graphs (collect.STEPS_PER_CALL_CAP)
     ("Chain-v0", 64, 1),  # capped: its step's compile
 ])  # fmt: skip
 def test_steps_per_call(env_id: str, num_steps: int, k: int) -> None:
-    from portkern.train.stacks import steps_per_call
+    from portkern.train.collect import steps_per_call
 
     assert steps_per_call(envs.get(env_id), num_steps) == k

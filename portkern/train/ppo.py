@@ -117,7 +117,7 @@ class Agent(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`act` sampling an action: what ``torch.func.functional_call`` runs, so a compiled collection
-        step (:class:`portkern.train.stacks.CompiledCollect`) acts through this very code with any agent's
+        step (:class:`portkern.train.collect.CompiledCollect`) acts through this very code with any agent's
         parameters swapped in."""
         return self.act(x)
 
@@ -274,12 +274,15 @@ def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
     arithmetic dwarfs (CartPole-v1's 512 rows: ~0.45 ms of kernels); the cold compile grows with the minibatches a
     call unrolls (Pendulum-v1's 4 x 128 rows: 10 -> 25 s, CartPole-v1's 4 x 512: 18 -> 33 s), once per shape
     and machine (Inductor's on-disk cache keeps it), and is timed apart from the runs."""
-    mb = batch // cfg.num_minibatches
-    k = 1
-    for cand in range(1, MAX_MINIBATCHES_PER_CALL + 1):
-        if cfg.num_minibatches % cand == 0 and cand * mb <= ROWS_PER_CALL:
-            k = cand
-    return k
+    rows = max(1, batch // cfg.num_minibatches)
+    return most_dividing(cfg.num_minibatches, min(MAX_MINIBATCHES_PER_CALL, ROWS_PER_CALL // rows))
+
+
+def most_dividing(n: int, cap: int) -> int:
+    """The largest k in 1..``cap`` (1 if ``cap`` < 1) that divides ``n``: how many minibatches a compiled update
+    call runs (:func:`minibatches_per_call`), how many env steps a compiled collection call runs
+    (:func:`portkern.train.collect.steps_per_call`)."""
+    return max(k for k in range(1, max(cap, 1) + 1) if n % k == 0)
 
 
 def _minibatch_grads(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, params: list[torch.Tensor],

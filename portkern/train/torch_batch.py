@@ -11,7 +11,7 @@ trained at once on one device as a batched ensemble, PureJaxRL's vmap over seeds
 * Acting: ``torch.func.vmap`` over K of the actor and critic forwards (``functional_call`` into a template
   agent), obs viewed ``[K, N, D]``; the actions sampled from the agent's own distributions on the flattened
   K x N rows, on PyTorch's global generator. Acting, env step and storage writes are one ``torch.compile`` call
-  per step for all K (as :class:`stacks.CompiledCollect` compiles one seed's), eager where the env step does not
+  per step for all K (as :class:`collect.CompiledCollect` compiles one seed's steps), eager where the env step does not
   compile to one graph (none of portkern's envs now) or for ``+eager-act``.
 * GAE: ``portkern.buffer.gae`` on the ``[T, K*N]`` rollout, on the stack's backend (per column: seeds never mix).
 * Update: per epoch every seed draws its own permutation (``argsort`` of ``[K, B]`` uniforms); one compiled call
@@ -129,10 +129,10 @@ def _collect_step(template: Agent, names: tuple[str, ...], k: int, discrete: boo
                   *env_args: torch.Tensor) -> None:  # fmt: skip
     """One step for K seeds: obs recorded, the K agents' forwards (``vmap`` over the stacked parameters, obs viewed
     ``[K, N, D]``), actions sampled with their log-probs and values recorded, and the env step of
-    :func:`stacks._step` (its autoreset keyed by each row's own seed and env index)."""
+    :func:`collect._step` (its autoreset keyed by each row's own seed and env index)."""
     from torch.func import vmap
 
-    from .stacks import _step
+    from .collect import _step
 
     t = env_args[-1]
     put_row(s_obs, t, obs)
@@ -228,7 +228,7 @@ class _Batch:
         self.collect_key = ("collect", *shape)
         self.collect_graph = None
         if spec.compiled_act:
-            from .stacks import _CollectGraph
+            from .collect import _CollectGraph
 
             if self.collect_key not in _COLLECT:
                 _COLLECT[self.collect_key] = _CollectGraph(_own_code(

@@ -1,4 +1,4 @@
-"""Reproduce the check behind ``stacks.STEPS_PER_CALL_CAP``: one env's compiled collection at K steps per
+"""Reproduce the check behind ``collect.STEPS_PER_CALL_CAP``: one env's compiled collection at K steps per
 compiled call against the eager loop (``+eager-act``), one 64-step rollout of the pinned config from one seed.
 
     python bench/results/collect-steps-per-call-xeon/steps_per_call_check.py Acrobot-v1 4
@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from portkern.train import collect as C
 from portkern.train import config
 from portkern.train import stacks as S
 from portkern.train.ppo import Agent, PhaseTimer
@@ -40,13 +41,13 @@ def rollout(stack_name: str, task: config.TaskConfig, seed: int) -> dict[str, to
 
 def main(argv: list[str]) -> int:
     env_id, k = argv[0], int(argv[1])
-    S.MAX_STEPS_PER_CALL = k
-    S.STEPS_PER_CALL_CAP = {}
+    C.MAX_STEPS_PER_CALL = k
+    C.STEPS_PER_CALL_CAP = {}
     task = config.task(env_id)
     torch.set_num_threads(task.ppo.torch_threads)
     eager = rollout("torch+eager-act", task, 2)
     compiled = rollout("torch", task, 2)
-    print(f"{env_id}: {S.steps_per_call(S.envs.get(env_id), task.ppo.num_steps)} steps per compiled call")
+    print(f"{env_id}: {C.steps_per_call(C.envs.get(env_id), task.ppo.num_steps)} steps per compiled call")
     for name, want in eager.items():
         got = compiled[name]
         if not want.is_floating_point():
