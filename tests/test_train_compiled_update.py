@@ -45,19 +45,20 @@ def _agent() -> tuple[Agent, torch.optim.Adam]:
 
 
 def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
-    """Two compiled calls of the pinned config's four 512-row minibatches each (one epoch a call:
-    ppo.minibatches_per_call), the lr changed before the second (annealing): parameters, Adam moments and step
-    counts as eight eager gathers, normalisations, backwards, clip_grad_norm_ and torch.optim.Adam steps leave
-    them, and each call's loss stats its last minibatch's."""
+    """Two compiled calls of the pinned config's whole update each (4 epochs x 4 minibatches of 512 rows, a
+    compiled loop on a CPU), the lr changed before the second (annealing): parameters, Adam moments and step
+    counts as 32 eager gathers, normalisations, backwards, clip_grad_norm_ and torch.optim.Adam steps leave them,
+    and each call's loss stats its last minibatch's."""
     cfg = TASK.ppo
     mb = cfg.batch_size // cfg.num_minibatches
     eager_agent, eager_opt = _agent()
     agent, opt = _agent()
     rollout = _rollout(agent, 4)
     g = torch.Generator().manual_seed(5)
-    perms = [torch.randperm(cfg.batch_size, generator=g) for _ in range(2)]
     compiled = CompiledUpdate(agent, cfg)
-    assert compiled.per_call == cfg.num_minibatches == 4
+    assert compiled.loop and compiled.per_call == cfg.update_epochs * cfg.num_minibatches == 16
+    perms = [torch.cat([torch.randperm(cfg.batch_size, generator=g) for _ in range(cfg.update_epochs)])
+             for _ in range(2)]  # fmt: skip
     compiled.warm_up(opt, cfg.batch_size)  # as the runner does: the same graph its runs compile
     assert not opt.state and all(p.grad is None for p in agent.parameters())  # warm-up leaves both untouched
     norms = []
@@ -65,7 +66,7 @@ def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
         if call == 1:
             for o in (eager_opt, opt):
                 o.param_groups[0]["lr"] = 0.25 * cfg.lr
-        for i in range(cfg.num_minibatches):
+        for i in range(compiled.per_call):
             idx = perm[i * mb : (i + 1) * mb]
             obs, actions, old_logp, old_v, adv, ret = (t[idx] for t in rollout)
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -83,12 +84,14 @@ def test_compiled_minibatch_steps_equal_the_eager_ones() -> None:
     assert max(norms) > cfg.max_grad_norm, norms  # the clip scaled at least one step
     want = dict(eager_agent.named_parameters())
     for name, p in agent.named_parameters():
-        torch.testing.assert_close(p.detach(), want[name].detach(), rtol=1e-5, atol=1e-7, msg=name)
+        # 32 Adam steps of gradients summed in another order: near-zero biases ~2e-7 apart (the lr is 1e-3).
+        torch.testing.assert_close(p.detach(), want[name].detach(), rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip
         if p.requires_grad:
             got, ref = opt.state[p], eager_opt.state[want[name]]
-            assert float(got["step"]) == float(ref["step"]) == 8.0
+            assert float(got["step"]) == float(ref["step"]) == 32.0
             # A gradient is a sum over 512 rows, in another order than the eager backward's: ~1e-8 apart after
-            # eight steps where the moment is near zero.
+            # 32 steps where the moment is near zero.
             torch.testing.assert_close(got["exp_avg"], ref["exp_avg"], rtol=1e-5, atol=1e-7,
                                        msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip
             torch.testing.assert_close(got["exp_avg_sq"], ref["exp_avg_sq"], rtol=1e-5, atol=1e-10, msg=name)
@@ -120,7 +123,9 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
     rollout = _rollout(agent, 8)
     ref, compiled = CompiledUpdate(ref_agent, cfg), CompiledUpdate(agent, cfg)
     k = compiled.per_call  # Adam steps per call
-    first, second = torch.arange(cfg.batch_size), torch.arange(cfg.batch_size).flip(0)
+    rows = k * (cfg.batch_size // cfg.num_minibatches)
+    first = torch.arange(rows).remainder(cfg.batch_size)
+    second = first.flip(0).contiguous()
     for c, o in ((ref, ref_opt), (compiled, opt)):
         c.step(o, *rollout, first)
     opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # the same values in new tensors (a checkpoint's)
@@ -140,18 +145,20 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
 
 
 def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None:
-    """Minibatches of 256 rows two to a compiled call (ppo.minibatches_per_call would group four: the rule has its
-    own test, and two keep this graph's compile short), run one after the other inside it: one whole update (2
-    epochs x 8 minibatches, the same permutations drawn) leaves the parameters, Adam state and losses that one call
-    per minibatch leaves (itself the eager update's to float32 rounding: the tests above); a per_call that does not
-    divide the minibatches is refused."""
+    """Unrolled (CUDA's default, ``loop=False``): minibatches of 256 rows two to a compiled call
+    (ppo.minibatches_per_call would group four: the rule has its own test, and two keep this graph's compile
+    short), run one after the other inside it: one whole update (2 epochs x 8 minibatches, the same permutations
+    drawn) leaves the parameters, Adam state and losses that one call per minibatch leaves (itself the eager
+    update's to float32 rounding: the tests above); a per_call that does not divide the update's minibatches is
+    refused."""
     import dataclasses
 
     cfg = dataclasses.replace(TASK.ppo, num_minibatches=8, update_epochs=2)
     one_agent, one_opt = _agent()
     agent, opt = _agent()
     rollout = _rollout(agent, 9)
-    one, grouped = CompiledUpdate(one_agent, cfg, per_call=1), CompiledUpdate(agent, cfg, per_call=2)
+    one = CompiledUpdate(one_agent, cfg, per_call=1, loop=False)
+    grouped = CompiledUpdate(agent, cfg, per_call=2, loop=False)
     torch.manual_seed(7)
     want = ppo_update(one_agent, one_opt, cfg, PhaseTimer(), *rollout, compiled=one)
     torch.manual_seed(7)
@@ -160,7 +167,8 @@ def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None
     for (name, p), q in zip(agent.named_parameters(), one_agent.parameters()):
         torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7, msg=name)
     assert {float(opt.state[p]["step"]) for p in opt.state} == {16.0}  # every minibatch stepped Adam
-    with pytest.raises(ValueError, match=r"per_call: expected a divisor of num_minibatches \(8\), got 3"):
+    with pytest.raises(ValueError, match=r"per_call: expected a divisor of the update's minibatches "
+                       r"\(update_epochs x num_minibatches = 16\), got 3"):  # fmt: skip
         CompiledUpdate(agent, cfg, per_call=3)
 
 
@@ -229,3 +237,35 @@ def test_compiled_smoke_run_on_a_fused_stack(tmp_path: Path) -> None:
     assert r["phases"]["update"] > 0 and 0 <= r["untimed_s"] <= 0.05 * r["wall_s"]
     assert set(doc["prime_s"]["CartPole-v1"]) == {"opencl+fused+compiled-update@pocl"}
     assert json.loads(out.read_text())["runs"][0]["update"] == "compiled"
+
+
+def test_compiled_loop_update_equals_the_eager_one_for_box_actions() -> None:
+    """Pendulum-v1's whole update as one compiled loop (10 epochs x 32 minibatches of 128 rows, Gaussian actions,
+    the log-std learnt): the eager update's parameters and losses, the same permutations drawn."""
+    task = config.task("Pendulum-v1")
+    cfg = task.ppo
+    agents = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        agent = Agent(3, None, cfg.hidden)
+        agents.append((agent, make_optimizer(agent, cfg)))
+    (eager_agent, eager_opt), (agent, opt) = agents
+    g = torch.Generator().manual_seed(6)
+    n = cfg.batch_size
+    obs = torch.randn(n, 3, generator=g)
+    with torch.no_grad():
+        actions, logp, _, values = agent.act(obs)
+    rollout = (obs, actions, logp + 0.2 * torch.randn(n, generator=g), values, torch.randn(n, generator=g),
+               10 * torch.randn(n, generator=g))  # fmt: skip
+    compiled = CompiledUpdate(agent, cfg)
+    assert compiled.loop and compiled.per_call == cfg.update_epochs * cfg.num_minibatches
+    torch.manual_seed(7)
+    want = ppo_update(eager_agent, eager_opt, cfg, PhaseTimer(), *rollout)
+    torch.manual_seed(7)
+    got = ppo_update(agent, opt, cfg, PhaseTimer(), *rollout, compiled=compiled)
+    assert got == pytest.approx(want, rel=1e-3, abs=1e-5)
+    assert float(opt.state[agent.log_std]["step"]) == cfg.update_epochs * cfg.num_minibatches
+    for (name, p), q in zip(agent.named_parameters(), eager_agent.parameters()):
+        # 320 Adam steps of gradients summed in another order than the eager backward's.
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip

@@ -235,39 +235,89 @@ def _minibatch_step(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOC
                     exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
                     b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
                     b_adv: torch.Tensor, b_ret: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """One PPO minibatch as a function that :class:`CompiledUpdate` compiles whole: the clipped gradient
-    (:func:`_minibatch_grads`) and an Adam step (:func:`_adam_step`), updating ``params``, ``exp_avg``,
-    ``exp_avg_sq`` and ``steps`` (the optimizer's per-parameter step counts) in place; the loss stats."""
+    """One PPO minibatch on per-parameter tensors: the clipped gradient (:func:`_minibatch_grads`) and an Adam
+    step (:func:`_adam_step`), updating ``params``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` in place; the loss
+    stats. The reference the K-seed update (:mod:`portkern.train.torch_batch`) is tested against."""
     grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv, b_ret,
                                     perm)  # fmt: skip
     _adam_step(betas, eps, params, grads, exp_avg, exp_avg_sq, steps, lr)
     return stats
 
 
-def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, betas: tuple[float, float],
-                     eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
-                     exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
+def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], layout: Sequence[tuple[int, int, torch.Size]],
+                     cfg: PPOConfig, betas: tuple[float, float], eps: float, flat: torch.Tensor,
+                     exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: torch.Tensor, lr: torch.Tensor,
                      b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
                      b_adv: torch.Tensor, b_ret: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """``perms.shape[0]`` minibatches one after the other (row indices ``perms[i]``), each :func:`_minibatch_step`
-    on the parameters and state the one before left: what :class:`CompiledUpdate` compiles, so that small
-    minibatches share one call's fixed costs. The last minibatch's loss stats."""
+    """What :class:`CompiledUpdate` compiles: ``perms.shape[0]`` minibatches one after the other (row indices
+    ``perms[i]``), each the clipped gradient (:func:`_minibatch_grads`) and an Adam step on the parameters and
+    state the one before left. The parameters, the Adam moments and the step counts come flat (one tensor each,
+    the parameters at ``layout``'s ``(offset, numel, shape)``; the agent's parameters and the optimizer's state are
+    views of them), so the step is one elementwise pass over each and a call takes five state tensors, not four per
+    parameter. The last minibatch's loss stats."""
     stats = None
     for i in range(perms.shape[0]):
-        stats = _minibatch_step(grad_fn, names, cfg, betas, eps, params, exp_avg, exp_avg_sq, steps, lr, b_obs,
-                                b_actions, b_logp, b_values, b_adv, b_ret, perms[i])  # fmt: skip
+        params = [flat[o : o + n].view(shape) for o, n, shape in layout]
+        grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv,
+                                        b_ret, perms[i])  # fmt: skip
+        steps += 1
+        _adam_apply(betas, eps, [flat], [torch.cat([g.reshape(-1) for g in grads])], [exp_avg], [exp_avg_sq],
+                    steps[0], lr)  # fmt: skip
     return stats
 
 
-#: Rows per compiled update call up to which minibatches are grouped (:func:`minibatches_per_call`): the pinned
-#: CartPole-v1 and Acrobot-v1 minibatches (4 x 512 rows) make one call per epoch, Pendulum-v1's (128) four to a call.
+def _minibatch_loop(grad_fn: Callable[..., Any], names: Sequence[str], layout: Sequence[tuple[int, int, torch.Size]],
+                    cfg: PPOConfig, betas: tuple[float, float], eps: float, flat: torch.Tensor,
+                    exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: torch.Tensor, lr: torch.Tensor,
+                    b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
+                    b_adv: torch.Tensor, b_ret: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """:func:`_minibatch_steps` with the minibatches as a ``while_loop`` (torch's control-flow operator) instead of
+    unrolled: one minibatch is compiled once and the loop runs in the compiled code, so a whole update (every
+    epoch's minibatches, ``perms`` [epochs x minibatches, rows]) is one call at one minibatch's cold compile. The
+    loop carries the parameters, moments and counts as values (its body cannot update its inputs in place),
+    written back into ``flat``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` at the end. The same arithmetic as
+    :func:`_adam_apply`, out of place."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    beta1, beta2 = betas
+
+    def cond(i, flat, m, v, steps, stats):  # while_loop passes the carried values
+        return i < perms.shape[0]
+
+    def body(i, flat, m, v, steps, stats):
+        params = [flat[o : o + n].view(shape) for o, n, shape in layout]
+        perm = perms.index_select(0, i.reshape(1)).reshape(-1)
+        grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv,
+                                        b_ret, perm)  # fmt: skip
+        g = torch.cat([x.reshape(-1) for x in grads])
+        steps = steps + 1
+        step_size = lr / (1 - beta1 ** steps[0])
+        bias_correction2_sqrt = (1 - beta2 ** steps[0]).sqrt()
+        m = torch.lerp(m, g, 1 - beta1)
+        v = torch.addcmul(v * beta2, g, g, value=1 - beta2)
+        flat = flat - step_size * m / (v.sqrt() / bias_correction2_sqrt + eps)
+        return i + 1, flat, m, v, steps, stats
+
+    start = (torch.zeros((), dtype=torch.long, device=flat.device), flat, exp_avg, exp_avg_sq, steps,
+             torch.zeros(4, dtype=flat.dtype, device=flat.device))  # fmt: skip
+    _, new_flat, m, v, new_steps, stats = while_loop(cond, body, start)
+    flat.copy_(new_flat)
+    exp_avg.copy_(m)
+    exp_avg_sq.copy_(v)
+    steps.copy_(new_steps)
+    return stats
+
+
+#: Rows per unrolled compiled update call (``CompiledUpdate(loop=False)``, CUDA's default) up to which minibatches
+#: are grouped (:func:`minibatches_per_call`): the pinned CartPole-v1 and Acrobot-v1 minibatches (4 x 512 rows)
+#: make one call per epoch, Pendulum-v1's (128) four to a call. A CPU runs the whole update as one compiled loop.
 ROWS_PER_CALL = 2048
 #: The most minibatches one compiled call unrolls (its cold compile grows with them).
 MAX_MINIBATCHES_PER_CALL = 4
 
 
 def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
-    """How many minibatches :class:`CompiledUpdate` runs per compiled call: the most (at most
+    """How many minibatches an unrolled :class:`CompiledUpdate` (``loop=False``) runs per call: the most (at most
     :data:`MAX_MINIBATCHES_PER_CALL`, dividing ``num_minibatches``) whose rows together stay within
     :data:`ROWS_PER_CALL`. One call has a fixed cost (~0.15-0.25 ms on the 2-core development VM: Dynamo's and
     AOTAutograd's wrappers, the C++ wrapper's argument handling) that neither a 128-row nor a 512-row minibatch's
@@ -311,15 +361,45 @@ def _adam_step(betas: tuple[float, float], eps: float, params: list[torch.Tensor
     """torch.optim.Adam's single-tensor step, in place, with the step count and lr as tensors so neither
     recompiles (the parameters step together: the first one's count is every one's). Elementwise, so on K seeds'
     stacked parameters it is K independent optimizers at one lr."""
-    beta1, beta2 = betas
     for s in steps:
         s += 1
-    step_size = lr / (1 - beta1 ** steps[0])
-    bias_correction2_sqrt = (1 - beta2 ** steps[0]).sqrt()
+    _adam_apply(betas, eps, params, grads, exp_avg, exp_avg_sq, steps[0], lr)
+
+
+def _adam_apply(betas: tuple[float, float], eps: float, params: list[torch.Tensor], grads: list[torch.Tensor],
+                exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor], step: torch.Tensor,
+                lr: torch.Tensor) -> None:  # fmt: skip
+    """:func:`_adam_step`'s arithmetic at step count ``step`` (already incremented)."""
+    beta1, beta2 = betas
+    step_size = lr / (1 - beta1**step)
+    bias_correction2_sqrt = (1 - beta2**step).sqrt()
     for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
         m.lerp_(g, 1 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         p.sub_(step_size * m / (v.sqrt() / bias_correction2_sqrt + eps))
+
+
+def _flat_view(tensors: Sequence[torch.Tensor], layout: Sequence[tuple[int, int, torch.Size]]) -> torch.Tensor | None:
+    """The one flat tensor that ``tensors`` are, in order, contiguous views of at ``layout``'s offsets, or None."""
+    t0 = tensors[0]
+    storage, base = t0.untyped_storage(), t0.storage_offset()
+    for t, (o, _, shape) in zip(tensors, layout):
+        if (t.untyped_storage().data_ptr() != storage.data_ptr() or t.storage_offset() != base + o
+                or t.shape != shape or not t.is_contiguous() or t.dtype != t0.dtype):  # fmt: skip
+            return None
+    n = layout[-1][0] + layout[-1][1]
+    return torch.empty(0, dtype=t0.dtype, device=t0.device).set_(storage, base, (n,), (1,))
+
+
+def _flatten(tensors: Sequence[torch.Tensor],
+             layout: Sequence[tuple[int, int, torch.Size]]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """``(flat, views)``: the flat tensor ``tensors`` already are views of (``views`` None), or a new one holding
+    their values and its views at ``layout`` (to put in their place)."""
+    flat = _flat_view(tensors, layout)
+    if flat is not None:
+        return flat, None
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+    return flat, [flat[o : o + n].view(shape) for o, n, shape in layout]
 
 
 #: (obs_dim, n_actions, hidden, config, Adam betas and eps, device) -> the compiled minibatch step.
@@ -330,29 +410,55 @@ _WARM: set = set()
 
 class CompiledUpdate:
     """A PPO minibatch as one ``torch.compile`` call: gather, advantage normalisation, loss, gradient
-    (``torch.func.grad``), grad-norm clip and the Adam step (:func:`_minibatch_step`), so a minibatch costs one
+    (``torch.func.grad``), grad-norm clip and the Adam step (:func:`_minibatch_steps`), so a minibatch costs one
     compiled call instead of dozens of eager ops, each paying Python and dispatch overhead at this size; the
-    minibatches :attr:`per_call` to a call, one after the other (:func:`minibatches_per_call`). The
+    minibatches :attr:`per_call` to a call, one after the other across the epochs: on a CPU the whole update
+    (every epoch's minibatches, a compiled loop: :func:`_minibatch_loop`), so a call's fixed cost (~0.3 ms on
+    the development VM: Dynamo's and AOTAutograd's wrappers, the C++ wrapper's) is paid once per update; else
+    unrolled, :func:`minibatches_per_call` to a call (:func:`_minibatch_steps`). The
     parameters and the Adam state are the agent's and the ``torch.optim.Adam``'s own tensors, updated in place:
     the optimizer's state and ``lr`` (read at every step, a tensor in the graph, so annealing does not
-    recompile) stay the truth, and the eager path could take over at any step. On CUDA it is compiled with
+    recompile) stay the truth, and the eager path could take over at any step. Those tensors are made views of
+    one flat tensor each (parameters, first and second moments, step counts; the agent's parameters when this is
+    built, the optimizer's state when it first steps or its state was replaced), so a call passes five of them
+    rather than four per parameter, the Adam step is one elementwise pass, and the loop carries three tensors of
+    state (alone, the flat tensors timed within the noise of per-parameter ones on the development VM: 0.98-1.04x
+    a CartPole-v1 epoch call over three alternations). On CUDA it is compiled with
     ``mode="reduce-overhead"``, CUDA graphs where torch.compile can apply them (it may decline for a graph that
     updates its inputs in place, and then runs the plain compiled one). Untested: the development machine has
     no GPU.
     """
 
-    def __init__(self, agent: Agent, cfg: PPOConfig, per_call: int | None = None) -> None:
+    def __init__(self, agent: Agent, cfg: PPOConfig, per_call: int | None = None, loop: bool | None = None) -> None:
         self.agent, self.cfg = agent, cfg
-        #: Minibatches per compiled call (:func:`minibatches_per_call` unless given); :meth:`step` takes their rows.
-        self.per_call = minibatches_per_call(cfg, cfg.batch_size) if per_call is None else int(per_call)
-        if self.per_call < 1 or cfg.num_minibatches % self.per_call:
-            raise ValueError(f"per_call: expected a divisor of num_minibatches ({cfg.num_minibatches}), "
-                             f"got {per_call}")  # fmt: skip
         named = dict(agent.named_parameters())
+        device = next(iter(named.values())).device
+        #: The minibatches of a call as a compiled loop (:func:`_minibatch_loop`), not unrolled
+        #: (:func:`_minibatch_steps`): the default on a CPU, where it makes the whole update one call; on CUDA the
+        #: unrolled calls run as CUDA graphs, and a loop's condition would be read back to the host each minibatch.
+        self.loop = device.type == "cpu" if loop is None else bool(loop)
+        total = cfg.update_epochs * cfg.num_minibatches
+        #: Minibatches per compiled call, in order across epochs (a loop's: the update's, all of them; else
+        #: :func:`minibatches_per_call`), unless given; :meth:`step` takes their rows.
+        if per_call is None:
+            per_call = total if self.loop else minibatches_per_call(cfg, cfg.batch_size)
+        self.per_call = int(per_call)
+        if self.per_call < 1 or total % self.per_call:
+            raise ValueError(f"per_call: expected a divisor of the update's minibatches (update_epochs x "
+                             f"num_minibatches = {total}), got {per_call}")  # fmt: skip
         self.names = [n for n, p in agent.named_parameters() if p.requires_grad]
         self.params = [named[n] for n in self.names]
-        #: The parameters' storage as plain tensors (the compiled step updates them in place, outside autograd).
-        self.data = [p.detach() for p in self.params]
+        #: ``(offset, numel, shape)`` of each parameter in the flat tensors.
+        self.layout = []
+        for p in self.params:
+            self.layout.append((self.layout[-1][0] + self.layout[-1][1] if self.layout else 0, p.numel(), p.shape))
+        #: The parameters as one flat tensor, of which the agent's parameters are views from here on (the compiled
+        #: step updates it in place, outside autograd).
+        self.flat, views = _flatten([p.detach() for p in self.params], self.layout)
+        if views is not None:
+            with torch.no_grad():
+                for p, v in zip(self.params, views):
+                    p.data = v
         #: The gradient of the loss as a functional transform (what the compiled step traces), uncompiled.
         self.grad = _grad_fn(agent, cfg)
         self.device = self.params[0].device
@@ -373,7 +479,7 @@ class CompiledUpdate:
         a = self.agent
         n_out = a.actor[-1].out_features
         key = (a.actor[0].in_features, n_out if a.discrete else None, a.actor[0].out_features, self.cfg, betas, eps,
-               str(self.device), a.action_dim, torch.get_num_threads(), self.per_call)  # fmt: skip
+               str(self.device), a.action_dim, torch.get_num_threads(), self.per_call, self.loop)  # fmt: skip
         # One compiled step per shape and config in the process (and per thread count: Inductor's CPU code fixes
         # its OpenMP team size when it generates the kernels, so a run under another torch.set_num_threads gets
         # its own compile rather than the other's team size), around a template agent (functional_call swaps
@@ -381,29 +487,39 @@ class CompiledUpdate:
         # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
             template = compile_template(Agent(key[0], key[1], key[2], action_dim=key[7]).to(self.device), self.device)
-            fn = functools.partial(_minibatch_steps, _grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas,
-                                   eps)  # fmt: skip
+            fn = functools.partial(_minibatch_loop if self.loop else _minibatch_steps, _grad_fn(template, self.cfg),
+                                   tuple(self.names),
+                                   tuple(self.layout), self.cfg, betas, eps)  # fmt: skip
             if self.device.type == "cuda":  # CUDA graphs: one launch a step
                 _COMPILED[key] = torch.compile(fn, dynamic=False, mode="reduce-overhead")
             else:  # Inductor's C++ wrapper: the kernel calls without a Python wrapper (1.12x a minibatch, measured)
                 _COMPILED[key] = torch.compile(fn, dynamic=False, options={"cpp_wrapper": True})
         return key, _COMPILED[key]
 
-    def _state(self, optimizer: torch.optim.Optimizer) -> tuple[list, list, list]:
-        """The Adam moments and step counts, created as ``torch.optim.Adam`` creates them at its first step, but
-        the counts on the parameters' device (as its ``capturable`` mode keeps them: a CUDA graph cannot read a
-        host scalar)."""
+    def _state(self, optimizer: torch.optim.Optimizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The Adam moments and step counts, flat (``exp_avg``, ``exp_avg_sq``, ``steps``: one count per
+        parameter), the optimizer's own state tensors being views of them: created as ``torch.optim.Adam`` creates
+        them at its first step, but the counts on the parameters' device (as its ``capturable`` mode keeps them: a
+        CUDA graph cannot read a host scalar); state it holds already (an eager step's, a checkpoint's) copied in
+        and its tensors replaced by the views, unless they are views of one flat tensor each already."""
         state = optimizer.state
         for p in self.params:
             st = state[p]
             if not st:
                 st["step"] = torch.zeros((), dtype=torch.float32, device=self.device)
-                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif st["step"].device != self.device:
                 st["step"] = st["step"].to(self.device)
-        return ([state[p]["exp_avg"] for p in self.params], [state[p]["exp_avg_sq"] for p in self.params],
-                [state[p]["step"] for p in self.params])  # fmt: skip
+        step_layout = [(i, 1, torch.Size()) for i in range(len(self.params))]
+        flats = []
+        for name, layout in (("exp_avg", self.layout), ("exp_avg_sq", self.layout), ("step", step_layout)):
+            flat, views = _flatten([state[p][name] for p in self.params], layout)
+            if views is not None:
+                for p, v in zip(self.params, views):
+                    state[p][name] = v
+            flats.append(flat)
+        return flats[0], flats[1], flats[2]
 
     def warm_up(self, optimizer: torch.optim.Optimizer, batch: int) -> None:
         """Compile now (setup), on a zero rollout of ``batch`` rows and copies of the parameters and state, rather
@@ -414,16 +530,15 @@ class CompiledUpdate:
         def z(*shape: int) -> torch.Tensor:  # a separate tensor per argument: Dynamo guards on aliasing between them
             return torch.zeros(shape or (batch,), device=dev)
 
-        params = [p.detach().clone() for p in self.params]
         a_dim = self.agent.action_dim  # Box actions of several components are [batch, A]
         actions = (torch.zeros(batch, dtype=torch.long, device=dev) if self.agent.discrete
                    else z(batch, a_dim) if a_dim > 1 else z())  # fmt: skip
         rows = self.per_call * mb
-        perm = torch.arange(batch, device=dev)[batch - rows :].view(self.per_call, mb)  # as ppo_update slices them
+        perm = torch.arange(rows, device=dev).remainder(batch).view(self.per_call, mb)  # contiguous, as ppo_update's
         with torch.no_grad():
-            fn(params, [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
-               [torch.zeros((), device=dev) for _ in params], torch.zeros((), device=dev), z(batch, d), actions, z(),
-               z(), z(), z(), perm)  # fmt: skip
+            fn(self.flat.clone(), torch.zeros_like(self.flat), torch.zeros_like(self.flat),
+               torch.zeros(len(self.params), device=dev), torch.zeros((), device=dev), z(batch, d), actions, z(), z(),
+               z(), z(), perm)  # fmt: skip
         _WARM.add(key)
 
     def _lookup(self, optimizer: torch.optim.Optimizer) -> tuple:
@@ -474,7 +589,7 @@ class CompiledUpdate:
         stance = nullcontext() if self._stanced else torch.compiler.set_stance(
             skip_guard_eval_unsafe=key in _WARM)  # fmt: skip
         with torch.no_grad(), stance:
-            stats = fn(self.data, exp_avg, exp_avg_sq, steps, self.lr, *rollout)
+            stats = fn(self.flat, exp_avg, exp_avg_sq, steps, self.lr, *rollout)
         _WARM.add(key)
         return stats
 
@@ -500,21 +615,23 @@ def ppo_update(
 ) -> tuple[float, float, float, float]:
     """CleanRL's clipped-objective epochs over shuffled minibatches: ``(pg, v, entropy, approx_kl)``; with
     ``compiled``, each minibatch (gather and normalisation included, so the update parts are not timed apart)
-    runs in its compiled calls (``compiled.per_call`` minibatches each, in order), on the same permutations as the
-    eager path draws."""
+    runs in its compiled calls (``compiled.per_call`` minibatches each, in order across the epochs: on a CPU the
+    whole update one call), on the same permutations as the eager path draws (one per epoch, the same generator
+    calls in the same order, drawn first)."""
     batch_size = b_obs.shape[0]
     minibatch = batch_size // cfg.num_minibatches
     pg_loss = v_loss = entropy_loss = approx_kl = torch.zeros(())
+    if compiled is not None:
+        perms = torch.cat([torch.randperm(batch_size, device=b_obs.device) for _ in range(cfg.update_epochs)])
+        rows = compiled.per_call * minibatch  # minibatches per compiled call, run in this order
+        with compiled.calls(optimizer):
+            for start in range(0, perms.shape[0], rows):
+                stats = compiled.step(optimizer, b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns,
+                                      perms[start : start + rows])  # fmt: skip
+        pg_loss, v_loss, entropy_loss, approx_kl = stats.unbind(0)
+        return pg_loss.item(), v_loss.item(), entropy_loss.item(), approx_kl.item()
     for _ in range(cfg.update_epochs):
         perm = torch.randperm(batch_size, device=b_obs.device)
-        if compiled is not None:
-            rows = compiled.per_call * minibatch  # minibatches per compiled call, run in this order
-            with compiled.calls(optimizer):
-                for start in range(0, batch_size, rows):
-                    stats = compiled.step(optimizer, b_obs, b_actions, b_logprobs, b_values, b_advantages,
-                                          b_returns, perm[start : start + rows])  # fmt: skip
-            pg_loss, v_loss, entropy_loss, approx_kl = stats.unbind(0)
-            continue
         for start in range(0, batch_size, minibatch):
             with timer.part("gather"):
                 mb = perm[start : start + minibatch]

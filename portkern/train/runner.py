@@ -68,7 +68,8 @@ class RunResult:
     device_seconds_per_policy: float | None = None
     #: Seeds sharing the device at once with this run (itself included): 1, or K of --parallel-seeds K.
     parallel_seeds: int = 1
-    #: The PPO update that ran: "compiled" (torch.compile calls of one or a few minibatches each) or "eager";
+    #: The PPO update that ran: "compiled" (torch.compile calls: the whole update on a CPU, a few minibatches
+    #: each on CUDA) or "eager";
     #: None where the run is not the torch instrument's (the jax stack compiles its own whole loop).
     update: str | None = None
     #: Where update_parts are not timed apart, why (a compiled update gathers and normalises inside its call).
