@@ -16,7 +16,7 @@ from portkern import buffer, envs, step  # noqa: E402
 from portkern.cli import main  # noqa: E402
 from portkern.train import config  # noqa: E402
 from portkern.train import runner  # noqa: E402
-from portkern.train.ppo import PHASES, UPDATE_PARTS, Agent, torch_gae  # noqa: E402
+from portkern.train.ppo import PHASES, UPDATE_PARTS, Agent, PhaseTimer, torch_gae  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
 
 from .test_train_resume import stop_on_second_run  # noqa: E402
@@ -254,6 +254,45 @@ def test_fused_sampling_matches_recomputed_log_probs() -> None:
         _, logp_all, _, _ = agent.act(obs, actions)
     want = torch.where(actions == 1, logp, torch.log1p(-logp.exp()))
     torch.testing.assert_close(logp_all, want.expand_as(logp_all), rtol=1e-5, atol=1e-5)
+
+
+# ---- bootstrap values ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", ["gymnasium", "numpy", "opencl@pocl", "opencl+fused@pocl", "torch+eager-act",
+                                   "torch"])  # fmt: skip
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_bootstrap_values_are_the_critic_on_every_obs_reached(stack: str, env_id: str) -> None:
+    """ppo.bootstrap_values (the rollout's own values where a step did not end an episode, the critic elsewhere)
+    gives what the critic gives on every final_obs GAE reads, and so the same advantages, on every stack's
+    rollouts: each stack records final_obs[t] as obs[t + 1] where no episode ended. Two rollouts: Pendulum-v1's second one truncates every env (200 steps, at
+    its step 72), CartPole-v1's terminate episodes."""
+    from portkern.train.ppo import bootstrap_values
+    from portkern.train.stacks import Storage, build
+
+    task = config.task(env_id)
+    cfg = task.ppo
+    runner.pin_threads(task)
+    st = build(parse_stack(stack), task, 3)
+    try:
+        next_obs = st.setup()
+        torch.manual_seed(4)
+        agent = Agent(st.obs_dim, st.n_actions, cfg.hidden, st.action_dim)
+        store = Storage.zeros(cfg.num_steps, cfg.num_envs, st.obs_dim, st.discrete, torch.device("cpu"),
+                              st.action_dim)  # fmt: skip
+        timer = PhaseTimer()
+        for _ in range(2):
+            next_obs = st.collect(agent, store, timer, next_obs)
+            with torch.no_grad():
+                got = bootstrap_values(agent, store.values, store.final_obs, store.truncated)
+                want = agent.value(store.final_obs.reshape(-1, st.obs_dim)).reshape(got.shape)
+            keep = ~store.terminated  # where GAE reads it (it zeroes V where a step terminated)
+            torch.testing.assert_close(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+            gae = [torch_gae(store.rewards, store.values, nv, store.terminated, store.truncated, cfg.gamma,
+                             cfg.gae_lambda)[0] for nv in (got, want)]  # fmt: skip
+            torch.testing.assert_close(gae[0], gae[1], rtol=1e-5, atol=1e-5)
+    finally:
+        st.close()
+    ended = store.truncated if env_id == "Pendulum-v1" else store.terminated
+    assert bool(ended[:-1].any())  # the rows the shortcut must not take
 
 
 # ---- interrupts ----------------------------------------------------------------------------------------

@@ -182,6 +182,23 @@ def torch_gae(
     return adv, adv + values
 
 
+def bootstrap_values(agent: Agent, values: torch.Tensor, final_obs: torch.Tensor,
+                     truncated: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``next_values`` [T, N] for :func:`torch_gae`: V(obs step t reached), ``final_obs[t]``. Where step t did not
+    end an episode that obs is step t+1's, whose value the rollout recorded (``values[t + 1]``); the critic runs
+    only on the last step's ``final_obs`` and where an episode was truncated (its pre-reset obs, whose value GAE
+    keeps). Where one terminated the value is whatever step t+1 recorded: GAE zeroes it. CleanRL's and PureJaxRL's
+    loops reuse their values the same way (they treat a truncation as an end; portkern bootstraps it), and it saves
+    a critic pass over T x N rows per update."""
+    out = torch.empty_like(values)
+    out[:-1] = values[1:]
+    need = truncated.clone()
+    need[-1] = True
+    rows = need.nonzero(as_tuple=True)
+    out[rows] = agent.value(final_obs[rows])
+    return out
+
+
 def make_optimizer(agent: Agent, cfg: PPOConfig) -> torch.optim.Adam:
     """CleanRL's optimizer: Adam at the config's lr with eps 1e-5 (the runner anneals its lr per update)."""
     return torch.optim.Adam(agent.parameters(), lr=cfg.lr, eps=1e-5)

@@ -18,8 +18,8 @@ import torch
 from .. import __version__
 from ..identity import cpu_model, machine_label
 from .config import TRAIN_SCHEMA, TaskConfig
-from .ppo import (COMPILED_PARTS_NOTE, PHASES, UPDATE_PARTS, Agent, CompiledUpdate, PhaseTimer, finished_returns,
-                  make_optimizer, ppo_update, record_update, window_mean)
+from .ppo import (COMPILED_PARTS_NOTE, PHASES, UPDATE_PARTS, Agent, CompiledUpdate, PhaseTimer, bootstrap_values,
+                  finished_returns, make_optimizer, ppo_update, record_update, window_mean)
 from .stacks import Stack, StackSpec, Storage, build
 
 DEVICE_HOUR = (
@@ -128,7 +128,7 @@ def train_one(task: TaskConfig, spec: StackSpec, seed: int,
             next_obs = stack.collect(agent, store, timer, next_obs)
             with timer("act"), torch.no_grad():
                 # V(obs each step reached): GAE zeroes it where the step terminated, keeps it where it truncated.
-                next_values = agent.value(store.final_obs.reshape(-1, D)).reshape(T, N)
+                next_values = bootstrap_values(agent, store.values, store.final_obs, store.truncated)
             advantages, returns = stack.advantages(store, next_values, timer)
             with timer("update"):
                 losses = ppo_update(agent, optimizer, cfg, timer, store.obs.reshape(-1, D), store.actions.flatten(0, 1),
