@@ -292,11 +292,9 @@ def _minibatch_loop(grad_fn: Callable[..., Any], names: Sequence[str], layout: S
     unrolled: one minibatch is compiled once and the loop runs in the compiled code, so a whole update (every
     epoch's minibatches, ``perms`` [epochs x minibatches, rows]) is one call at one minibatch's cold compile. The
     loop carries the parameters, moments and counts as values (its body cannot update its inputs in place),
-    written back into ``flat``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` at the end. The same arithmetic as
-    :func:`_adam_apply`, out of place."""
+    written back into ``flat``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` at the end; the Adam step is
+    :func:`_adam_apply` on the body's own copies."""
     from torch._higher_order_ops.while_loop import while_loop
-
-    beta1, beta2 = betas
 
     def cond(i, flat, m, v, steps, stats):  # while_loop passes the carried values
         return i < perms.shape[0]
@@ -306,13 +304,8 @@ def _minibatch_loop(grad_fn: Callable[..., Any], names: Sequence[str], layout: S
         perm = perms.index_select(0, i.reshape(1)).reshape(-1)
         grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv,
                                         b_ret, perm)  # fmt: skip
-        g = torch.cat([x.reshape(-1) for x in grads])
-        steps = steps + 1
-        step_size = lr / (1 - beta1 ** steps[0])
-        bias_correction2_sqrt = (1 - beta2 ** steps[0]).sqrt()
-        m = torch.lerp(m, g, 1 - beta1)
-        v = torch.addcmul(v * beta2, g, g, value=1 - beta2)
-        flat = flat - step_size * m / (v.sqrt() / bias_correction2_sqrt + eps)
+        flat, m, v, steps = flat.clone(), m.clone(), v.clone(), steps + 1  # a body may not update its inputs
+        _adam_apply(betas, eps, [flat], [torch.cat([x.reshape(-1) for x in grads])], [m], [v], steps[0], lr)
         return i + 1, flat, m, v, steps, stats
 
     start = (torch.zeros((), dtype=torch.long, device=flat.device), flat, exp_avg, exp_avg_sq, steps,
