@@ -118,7 +118,7 @@ def test_compiled_update_suffix_keeps_the_stack_and_names_it() -> None:
 def test_compiled_loss_gradient_equals_the_eager_one(env_id: str) -> None:
     """The functional gradient the compiled minibatch step traces is the eager path's (same loss), to float32
     rounding (tests/test_train_compiled_update.py checks the compiled step itself)."""
-    from portkern.train.ppo import CompiledUpdate
+    from portkern.train.update import CompiledUpdate
 
     spec = envs.get(env_id)
     cfg = config.task(env_id).ppo

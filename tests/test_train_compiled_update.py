@@ -1,4 +1,4 @@
-"""The compiled PPO update (ppo.CompiledUpdate), every torch-agent stack's default: the same steps as the eager
+"""The compiled PPO update (update.CompiledUpdate), every torch-agent stack's default: the same steps as the eager
 update (gather, normalisation, loss, clip_grad_norm_, torch.optim.Adam) to float32 rounding, the stack names
 that say which update ran, and one compiled smoke run through the CLI.
 
@@ -19,9 +19,9 @@ torch = pytest.importorskip("torch", reason="portkern train needs PyTorch: pip i
 from portkern.cli import main  # noqa: E402
 from portkern.portability.training.files import load_train  # noqa: E402
 from portkern.train import config  # noqa: E402
-from portkern.train.ppo import (COMPILED_PARTS_NOTE, Agent, CompiledUpdate, PhaseTimer, make_optimizer,  # noqa: E402
-                                ppo_update)
+from portkern.train.ppo import COMPILED_PARTS_NOTE, Agent, PhaseTimer, make_optimizer, ppo_update  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
+from portkern.train.update import CompiledUpdate  # noqa: E402
 
 TASK = config.task("CartPole-v1")
 
@@ -146,7 +146,7 @@ def test_a_replaced_optimizer_or_state_is_the_one_stepped() -> None:
 
 def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None:
     """Unrolled (CUDA's default, ``loop=False``): minibatches of 256 rows two to a compiled call
-    (ppo.minibatches_per_call would group four: the rule has its own test, and two keep this graph's compile
+    (update.minibatches_per_call would group four: the rule has its own test, and two keep this graph's compile
     short), run one after the other inside it: one whole update (2 epochs x 8 minibatches, the same permutations
     drawn) leaves the parameters, Adam state and losses that one call per minibatch leaves (itself the eager
     update's to float32 rounding: the tests above); a per_call that does not divide the update's minibatches is
@@ -184,7 +184,7 @@ def test_small_minibatches_share_a_call_and_give_one_call_eachs_update() -> None
 def test_minibatches_per_call_groups_small_minibatches(minibatches: int, rows: int, per_call: int) -> None:
     import dataclasses
 
-    from portkern.train.ppo import minibatches_per_call
+    from portkern.train.update import minibatches_per_call
 
     cfg = dataclasses.replace(TASK.ppo, num_minibatches=minibatches)
     assert minibatches_per_call(cfg, minibatches * rows) == per_call

@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch", reason="portkern train needs PyTorch: pip i
 from portkern import step  # noqa: E402
 from portkern.cli import main  # noqa: E402
 from portkern.train import config, jax_batch, runner, torch_batch  # noqa: E402
-from portkern.train.ppo import PHASES, Agent, _grad_fn, _minibatch_step  # noqa: E402
+from portkern.train.ppo import PHASES, Agent, _grad_fn  # noqa: E402
+from portkern.train.update import _minibatch_step  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
 
 from . import train_docs as td  # noqa: E402
@@ -55,7 +56,7 @@ def test_each_slot_starts_as_its_seeds_own_run(batch: torch_batch._Batch) -> Non
 
 def test_compiled_k2_minibatch_step_equals_two_single_seed_steps(batch: torch_batch._Batch) -> None:
     """Two compiled calls (the lr changed between them) on K = 2 stacked agents: each seed's parameters, Adam
-    moments and loss stats as ppo._minibatch_step leaves its own, on the same rows; each seed's gradient clipped by
+    moments and loss stats as update._minibatch_step leaves its own, on the same rows; each seed's gradient clipped by
     its own norm (the large returns make the clip bind, at different scales per seed)."""
     cfg = TASK.ppo
     B, mb, k = cfg.batch_size, cfg.batch_size // cfg.num_minibatches, 2

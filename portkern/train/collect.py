@@ -85,7 +85,7 @@ class _CollectGraph:
         if spec is not None:
             step_fn(spec)
         options = {"fallback_random": True}
-        if device.type == "cpu":  # Inductor's C++ wrapper, as ppo.CompiledUpdate's: no Python between kernels
+        if device.type == "cpu":  # Inductor's C++ wrapper, as update.CompiledUpdate's: no Python between kernels
             options["cpp_wrapper"] = True
         self.fn = torch.compile(step, dynamic=False, fullgraph=True, options=options)
         self.whole: bool | None = None  # known after the first call
@@ -146,7 +146,6 @@ class CompiledCollect:
         spec, bufs = env.spec, env._bufs
         self.env, self.store, self.agent, self.bufs = env, store, agent, bufs
         names = tuple(n for n, _ in agent.named_parameters())
-        self.params = [p.detach() for p in agent.parameters()]
         self.env_params = b._params_view(spec, env._param_vector)._values
         self.seed = torch.tensor(env.seed, dtype=torch.int64, device=b.device)  # a tensor: no recompile per seed
         self.env_index = torch.arange(env.num_envs, dtype=torch.int64, device=b.device)
@@ -188,14 +187,16 @@ class CompiledCollect:
                     b.truncated, self.env_params, self.seed, self.env_index, st.rewards, st.terminated, st.truncated,
                     st.final_obs)  # fmt: skip
         # Once compiled, Dynamo's guards (on the template agent's modules and some 30 tensors) cost as much as the
-        # compiled step at this size and are skipped, as ppo.CompiledUpdate skips its own: the key fixes every
+        # compiled step at this size and are skipped, as update.CompiledUpdate skips its own: the key fixes every
         # shape, dtype and device, so one graph serves every call, and a call that would need another raises.
         g = self.graph
         stance = torch.compiler.set_stance(skip_guard_eval_unsafe=bool(self.key in _WARM_STEPS and g.whole))
         with timer("env"), torch.no_grad(), stance:
             b.obs.copy_(next_obs)  # the obs acted on first (in every run already the env's own)
+            # The parameters' tensors as they are now: update.CompiledUpdate makes them views of one flat tensor.
+            params = [p.detach() for p in self.agent.parameters()]
             for ts in self.ts:  # each call's k step indices
-                if not g(self.params, b.obs, st.obs, st.actions, st.logprobs, st.values, *env_args, ts):
+                if not g(params, b.obs, st.obs, st.actions, st.logprobs, st.values, *env_args, ts):
                     return None
             next_obs = b.obs.clone()
         _WARM_STEPS.add(self.key)

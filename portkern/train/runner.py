@@ -18,9 +18,10 @@ import torch
 from .. import __version__
 from ..identity import cpu_model, machine_label
 from .config import TRAIN_SCHEMA, TaskConfig
-from .ppo import (COMPILED_PARTS_NOTE, PHASES, UPDATE_PARTS, Agent, CompiledUpdate, PhaseTimer, bootstrap_values,
-                  finished_returns, make_optimizer, ppo_update, record_update, window_mean)
+from .ppo import (COMPILED_PARTS_NOTE, PHASES, UPDATE_PARTS, Agent, PhaseTimer, bootstrap_values, finished_returns,
+                  make_optimizer, ppo_update, record_update, window_mean)
 from .stacks import Stack, StackSpec, Storage, build
+from .update import CompiledUpdate
 
 DEVICE_HOUR = (
     "device-hours per converged policy = wall-clock seconds from the start of setup (env build, kernel "

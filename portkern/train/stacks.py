@@ -20,7 +20,7 @@
   minibatch each one compiled program, PureJaxRL's design, on the jax backend's physics.
 
 A stack spec is ``NAME[@DEVICE]``: ``opencl@intel``, ``opencl+fused@pocl``, ``torch@cuda``. Every stack with
-the PyTorch agent (all but ``jax``) runs its PPO minibatches compiled (:class:`ppo.CompiledUpdate`: gather,
+the PyTorch agent (all but ``jax``) runs its PPO minibatches compiled (:class:`update.CompiledUpdate`: gather,
 advantage normalisation, loss, gradient, clip and Adam; on a CPU the whole update one ``torch.compile`` call, its
 minibatches a compiled loop; on CUDA up to four unrolled to a call while their rows stay within 2,048); the suffix ``+eager-update`` (``torch+eager-update``,
 ``opencl+fused+eager-update@pocl``) keeps CleanRL's eager update instead, so a report shows what compiling the
@@ -61,7 +61,7 @@ class StackSpec:
     backend: str | None  # None for gymnasium
     mode: str  # "host-sim", "step", "fused", "resident"
     device: str | None = None
-    compiled_update: bool = False  # the PPO update compiled (ppo.CompiledUpdate): one call (CPU) or a few per epoch
+    compiled_update: bool = False  # the PPO update compiled (update.CompiledUpdate): one call (CPU) or a few per epoch
     compiled_act: bool = False  # torch stacks: acting and env stepping compiled (CompiledCollect)
 
     @property

@@ -15,9 +15,9 @@ trained at once on one device as a batched ensemble, PureJaxRL's vmap over seeds
   compile to one graph (none of portkern's envs now) or for ``+eager-act``.
 * GAE: ``portkern.buffer.gae`` on the ``[T, K*N]`` rollout, on the stack's backend (per column: seeds never mix).
 * Update: per epoch every seed draws its own permutation (``argsort`` of ``[K, B]`` uniforms); one compiled call
-  per minibatch for all K: ``vmap`` of :func:`ppo._minibatch_grads` (gather, advantage normalisation, loss,
+  per minibatch for all K: ``vmap`` of :func:`update._minibatch_grads` (gather, advantage normalisation, loss,
   ``torch.func.grad``, and the grad-norm clip, per seed over its own gradients, as ``clip_grad_norm_`` clips
-  one agent's), then :func:`ppo._adam_step` on the stacked tensors.
+  one agent's), then :func:`update._adam_step` on the stacked tensors.
 
 Randomness: a batch's action samples and permutations come from the one global generator (seeded by the
 last agent's init), so a slot does not replay its seed's single-seed run draw for draw; its init and its env
@@ -41,9 +41,9 @@ import torch
 from ..backends._torch_ops import put_row
 from .config import TaskConfig
 from .jax_batch import batch_label
-from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _adam_step, _grad_fn,
-                  _minibatch_grads, actor_critic, compile_template, record_update, sample_categorical,
-                  window_mean)  # fmt: skip
+from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _grad_fn, actor_critic, compile_template,
+                  record_update, sample_categorical, window_mean)  # fmt: skip
+from .update import _adam_step, _minibatch_grads
 
 #: What a batch record says about its phases and its convergence (the runner's JSON carries it per run).
 PARALLEL_NOTE = (
@@ -90,7 +90,7 @@ def _batch_result_class(base: type) -> type:
 _COLLECT: dict = {}
 #: key -> the compiled minibatch step for K seeds.
 _UPDATE: dict = {}
-#: Keys whose compiled function has run once: later calls skip Dynamo's guards, as ppo.CompiledUpdate does.
+#: Keys whose compiled function has run once: later calls skip Dynamo's guards, as update.CompiledUpdate does.
 _WARM: set = set()
 
 
@@ -150,7 +150,7 @@ def _collect_step(template: Agent, names: tuple[str, ...], k: int, discrete: boo
 def _update_step(grad_fn: Callable[..., Any], names: tuple[str, ...], cfg: Any, betas: tuple[float, float],
                  eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
                  steps: list[torch.Tensor], lr: torch.Tensor, *rollout: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """One minibatch for K seeds: ``vmap`` of :func:`ppo._minibatch_grads` over the stacked parameters, the
+    """One minibatch for K seeds: ``vmap`` of :func:`update._minibatch_grads` over the stacked parameters, the
     per-seed rollouts ``[K, B, ...]`` and row indices ``[K, mb]`` (each seed clipped by its own gradient norm),
     then one Adam step on the stacked tensors; the loss stats ``[K, 4]``."""
     from torch.func import vmap
@@ -240,7 +240,7 @@ class _Batch:
             betas, eps = (0.9, 0.999), 1e-5  # ppo.make_optimizer's Adam
             fn = _own_code(_update_step, _grad_fn(self.template, cfg), self.trained, cfg, betas, eps,
                            name=f"pk_batch_update_{k}_{len(_UPDATE)}")  # fmt: skip
-            # As ppo.CompiledUpdate: CUDA graphs on a GPU, Inductor's C++ wrapper on a CPU.
+            # As update.CompiledUpdate: CUDA graphs on a GPU, Inductor's C++ wrapper on a CPU.
             opts = dict(mode="reduce-overhead") if device.type == "cuda" else dict(options={"cpp_wrapper": True})
             _UPDATE[self.update_key] = torch.compile(fn, dynamic=False, **opts)
         self.update_fn = _UPDATE[self.update_key]
