@@ -43,29 +43,38 @@ def run_pytest(json_path: Path, options: list[str], journal: Any = None,
     """The suite with ``options`` (its ``--pk-*`` options) writing ``json_path``: (pytest exit code, failures,
     captured output). ``journal`` (a BenchJournal) keeps each finished visit. ``progress``: a rich bar on
     stderr (a Ray worker has no terminal to show it)."""
-    argv = [str(bench_dir()), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-            f"--benchmark-json={json_path}", *options]  # fmt: skip
+    suite = bench_dir()
+    argv = [str(suite), *hermetic_options(suite), "-q", "--import-mode=importlib", f"--benchmark-json={json_path}",
+            *options]  # fmt: skip
     captured = io.StringIO()
     # The suite is one session in one process, never distributed nor one worker of a distributed test run:
     # timing needs the whole machine, and pytest-benchmark turns itself off when it sees pytest-xdist's worker
-    # variables (inherited from a test run that started this bench). `-n 0` after any addopts of the checkout.
-    argv += ["-n", "0"] if _has_xdist() else []
-    hidden = {k: os.environ.pop(k) for k in _XDIST_VARS if k in os.environ}
+    # variables (inherited from a test run that started this bench). The user's pytest environment variables
+    # (PYTEST_ADDOPTS, PYTEST_PLUGINS) stay out too; the plugins' auto-loading is off (hermetic_options).
+    saved = {k: os.environ.pop(k, None) for k in (*_XDIST_VARS, *_USER_VARS, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         code, plugin = _run(argv, captured, progress, journal)
     finally:
-        os.environ.update(hidden)
+        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
     return code, plugin.failed, captured.getvalue()
 
 
 #: What pytest-xdist sets in a worker's environment (pytest-benchmark reads PYTEST_XDIST_WORKER).
 _XDIST_VARS = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+#: A user's own pytest settings from the environment: options and plugins of their test runs, not the suite's.
+_USER_VARS = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 
 
-def _has_xdist() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("xdist") is not None
+def hermetic_options(suite: Path) -> list[str]:
+    """pytest options that make the suite run with its own configuration and nothing else: its ``pytest.ini``
+    (-c; the rootdir and the conftest cut-off are then the suite's folder, so no ini file or conftest.py above
+    the installed package or in the working directory is read), and only the plugins it needs, named (the
+    caller turns auto-loading off, so a plugin installed for the user's own tests cannot change a timing run,
+    nor a missing one, such as pytest-xdist for a checkout's ``-n auto``, stop it)."""
+    return ["-c", str(suite / "pytest.ini"), "--rootdir", str(suite), "-p", "pytest_benchmark.plugin",
+            "-p", "no:cacheprovider"]  # fmt: skip
 
 
 def _run(argv: list[str], captured: io.StringIO, progress: bool, journal: Any) -> tuple[int, _ProgressPlugin]:
