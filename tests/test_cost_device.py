@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
 
-from portkern.portability import cost
+from portkern.portability import cost, report
+from portkern.runs import load_run
 
-REPORT = Path(__file__).resolve().parents[1] / "bench" / "results" / "quick-a" / "report.json"
+#: A run of one CPU under PoCL and Intel's runtime (tests/data/make_synthetic_run.py).
+RUN = Path(__file__).parent / "data" / "synthetic-xeon-two-drivers-run.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _report_json() -> str:
+    return json.dumps(report.build(load_run(RUN)))
 
 
 def _rep() -> dict:
-    return json.loads(REPORT.read_text())
+    return json.loads(_report_json())
 
 
 @pytest.mark.parametrize("alias, platform", [("pocl", "Portable Computing Language"), ("intel", "Intel(R) OpenCL")])

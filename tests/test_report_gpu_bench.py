@@ -17,15 +17,16 @@ from portkern.portability import commands, report
 from portkern.portability.report import gpu_bench
 from portkern.portability.report.format import _fmt
 
-ROOT = Path(__file__).resolve().parent.parent
-GPU = ROOT / "bench" / "results" / "gpu-h200-2026-12-04" / "gpu_bench.json"
+#: bench/results/gpu-h200-2026-12-04/gpu_bench.json, the first GPU run's file, as committed.
+GPU = Path(__file__).parent / "data" / "gpu-bench-h200-2026-12-04.json"
 DATA = Path(__file__).parent / "data"
 
 
-def test_gpu_bench_files_are_told_apart():
+def test_gpu_bench_files_are_told_apart(tmp_path):
     assert gpu_bench.is_gpu_bench_file(GPU)  # written before the schema: known by its sections
     assert not gpu_bench.is_gpu_bench_file(DATA / "synthetic-h200-run.json")
-    train = next((ROOT / "bench" / "results").glob("train-*/*.json"))
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps({"schema": "portkern-train/1", "runs": [], "machine": {}, "started": "t"}))
     assert not gpu_bench.is_gpu_bench_file(train)
 
 
