@@ -21,7 +21,7 @@ _VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 #: (portkern.tuning): safe rather than fast, and never the width the driver advertises. GPUs: one
 #: env per work-item (the SIMT hardware vectorises across work-items) and the driver's work-group
 #: size. CPUs: 16 envs per work-item, the width with the best worst case over the CPU drivers
-#: measured (bench/results/dev-vm-2core-epyc-tune-*: at least 0.78 of each step kernel's best and
+#: measured (bench/results/dev-vm-2core-epyc-tune-pocl and -intel: at least 0.78 of each step kernel's best and
 #: 0.64 of each rollout's on PoCL and Intel, against 0.73 and 0.55 for 8, 0.42 and 0.37 for 4); CPU
 #: drivers do not vectorise sin/cos or the autoreset branches across work-items by themselves.
 #: reduce_wg: the largest power of two up to 256 the device runs.
