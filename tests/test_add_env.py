@@ -1,6 +1,6 @@
 """The add-an-env path, walked as a new contributor walks it: the guide's worked example, built.
 
-kernels/README.md ("Adding an env") shows a variant env of a few lines. These tests write that
+docs/extending.md ("Adding an env") shows a variant env of a few lines. These tests write that
 very text into a temporary directory, put the directory on ``portkern.envs``' search path (as if
 the file had been dropped into portkern/envs/) and rediscover: the variant is a first-class env
 (make, reset, step, parity across backends, the shared parity, perturbation, step and rollout
@@ -28,14 +28,14 @@ from portkern.backends import get_backend, probe
 from portkern.envs.base import variant
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDE = ROOT / "kernels" / "README.md"
-SECTION = "### Adding an env"
+GUIDE = ROOT / "docs" / "extending.md"
+SECTION = "## Adding an env"
 
 
 def guide_example() -> tuple[str, str]:
     """(module name, source) of the worked example in the guide's "Adding an env" section."""
     text = GUIDE.read_text()
-    assert SECTION in text, f"kernels/README.md has no section {SECTION!r} (tests/test_env_sources.py points at it)"
+    assert SECTION in text, f"docs/extending.md has no section {SECTION!r} (tests/test_env_sources.py points at it)"
     section = text.split(SECTION, 1)[1].split("\n#", 1)[0]
     name = re.search(r"the whole of\s+`portkern/envs/(\w+)\.py`", section)
     code = re.search(r"```python\n(.*?)```", section, re.S)

@@ -1,7 +1,7 @@
 """The env list is honest: every registered env has its kernels in every API and declares its facts.
 
 Adding an env is its reference module (params, spaces, dynamics, parity facts), one .cl, one .cu
-and one Numba module, or, for a variant of an env, a few lines reusing its kernels (kernels/README.md,
+and one Numba module, or, for a variant of an env, a few lines reusing its kernels (docs/extending.md,
 "Adding an env"); this test names what is missing.
 """
 
