@@ -255,18 +255,33 @@ def _entry_problem(entry: Any) -> str:
     return ""
 
 
+#: The shipped table, as its errors name it.
+TABLE_NAME = "portkern/data/tuned_defaults.json"
+
+
+def check_table(data: Any, name: str = TABLE_NAME) -> dict[str, Any]:
+    """``data`` when it is a table of tuned defaults (schema, ``rows`` mapping names to well-formed rows);
+    else a ValueError naming ``name`` (the file) and what is wrong. The shipped table and a copy that
+    ``portkern tune --merge --table FILE`` rewrites are checked alike, before and after the merge."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{name}: not a {TABLE_SCHEMA} file (a JSON {type(data).__name__}, not an object)")
+    if data.get("schema") != TABLE_SCHEMA:
+        raise ValueError(f"{name}: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")
+    rows = data.get("rows", {})
+    if not isinstance(rows, dict):
+        raise ValueError(f"{name}: 'rows' is not a mapping of row names to rows")
+    for row_name, row in rows.items():
+        problem = _entry_problem(row)
+        if problem:
+            raise ValueError(f"{name}: row {row_name!r} {problem}")
+    return data
+
+
 @lru_cache(maxsize=1)
 def table() -> dict[str, Any]:
     """The shipped table of tuned defaults (rows per driver family)."""
     text = resources.files("portkern").joinpath("data", "tuned_defaults.json").read_text()
-    data = json.loads(text)
-    if data.get("schema") != TABLE_SCHEMA:
-        raise ValueError(f"portkern/data/tuned_defaults.json: schema {data.get('schema')!r}, expected {TABLE_SCHEMA!r}")
-    for name, row in data.get("rows", {}).items():
-        problem = _entry_problem(row)
-        if problem:
-            raise ValueError(f"portkern/data/tuned_defaults.json: row {name!r} {problem}")
-    return data
+    return check_table(json.loads(text))
 
 
 def _cache_entry(identity: Identity) -> dict[str, Any] | None:
@@ -444,15 +459,17 @@ def class_entries(records: Iterable[Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _strip(config: Mapping[str, Any]) -> dict[str, Any]:
+def strip_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration without its bookkeeping keys (``_worst_share`` and any other ``_``-prefixed key):
+    the knobs only, as a kernel's entry in the cache and the table holds them."""
     return {k: v for k, v in config.items() if not k.startswith("_")}
 
 
 def _stripped(entries: Mapping[str, Any], worst_share: bool = False) -> dict[str, Any]:
     """The ``kernels`` / ``families`` of ``entries`` without bookkeeping keys (the table keeps a family's
     worst share: it says how well the default serves the family)."""
-    return {"kernels": {k: _strip(c) for k, c in entries["kernels"].items()},
-            "families": {f: dict(c) if worst_share else _strip(c) for f, c in entries["families"].items()}}  # fmt: skip
+    return {"kernels": {k: strip_config(c) for k, c in entries["kernels"].items()},
+            "families": {f: dict(c) if worst_share else strip_config(c) for f, c in entries["families"].items()}}  # fmt: skip
 
 
 def _classes(entries: Mapping[str, Any], worst_share: bool = False) -> dict[str, Any]:

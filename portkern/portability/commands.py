@@ -313,6 +313,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Time every legal knob configuration per device (one size per size class) and write tuned.json plus the report."""
+    if getattr(args, "merge", None) or getattr(args, "table", None):  # --merge: runs into the tuned defaults
+        from .tune_merge import command
+
+        return command(args)
     return _bench_or_tune(args, tune=True)
 
 
@@ -454,6 +458,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("tune", help="search each kernel's tuning knobs per device; write tuned.json + report")
     _run_options(p)
+    from .tune_merge import add_options  # --merge ROW RUN.json [...] and --table FILE
+
+    add_options(p)
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser("report", help="merge bench runs and training runs (any machines) into report.md/json and "
                                       "plots")  # fmt: skip
