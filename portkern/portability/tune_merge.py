@@ -263,7 +263,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="run nothing: write the winners of finished tune runs (their results.json files) into "
                         "row ROW of the table of tuned defaults, per size class searched and per kernel and family; "
                         "every other entry is left as it is; prints what changed (--kernels limits it; see "
-                        "docs/tuning-merge.md)")  # fmt: skip
+                        "docs/tuning.md)")  # fmt: skip
     p.add_argument("--table", default=None, metavar="FILE",
                    help=f"with --merge: the table to rewrite (default: this checkout's {tuning.TABLE_NAME})")
 
