@@ -1,5 +1,15 @@
-"""GPU measurements for one lent machine: copy ceiling, CartPole step, GAE, zero-copy to torch, rollout data paths,
-Chain-v0 step at K = 3 and 10; writes JSON."""
+"""GPU measurements for one lent machine, one process per backend family (bench/gpu/run_gpu.sh runs it once for
+cupy and numba, once for OpenCL, once for torch and torch.compile, once for JAX, so each family's imports and CUDA
+context are paid once): the device (name, memory, clocks, copy ceiling, fp32 and fp64 peaks, measured), the
+CartPole step kernel's bytes against the copy ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0
+at K = 3 and 10, then the lower-value sections. Every section is bounded (its declared limit, an alarm) and the
+JSON is rewritten after each one, with a timing entry per section (declared limit, used seconds, status).
+
+    python3 bench/gpu/gpu_bench.py --family cuda --backends cupy,numba --device-info --out DIR
+
+Without a GPU (``run_gpu.sh --rehearse``) the same sections run on CPU stand-ins (cuda_host or Numba's simulator,
+PoCL, torch and JAX on the CPU) at tiny sizes, and ``--strict`` turns any failed section into exit status 1.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -14,12 +25,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+_T0 = time.perf_counter()  # the process's start: --budget-s counts the imports below
 
-from portkern import step as pk_step
-from portkern.backends import EnvBuffers, get_backend, probe
-from portkern.envs import ENVS
-from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer
+import numpy as np  # noqa: E402
+
+from portkern import step as pk_step  # noqa: E402
+from portkern.backends import EnvBuffers, get_backend, probe  # noqa: E402
+from portkern.envs import ENVS  # noqa: E402
+from portkern.policy import MLPPolicy, RandomPolicy, RolloutBuffer  # noqa: E402
 
 #: Every GPU backend, one stack class after another: custom kernels (cupy, numba, opencl), framework
 #: eager (torch) and framework compiled (torch_compile, Inductor's Triton kernels; jax, XLA: the
@@ -49,10 +62,14 @@ ROLLOUT_PATHS = (
 
 
 def _device(name: str) -> str | None:
-    # OpenCL picks its platform by substring; torch needs "cuda" (its default is the CPU); the CUDA
-    # backends take the default GPU.
+    """PORTKERN_<NAME>_DEVICE (run_gpu.sh exports them: nvidia and cuda on a GPU, pocl and cpu in the
+    rehearsal), else the GPU defaults: OpenCL picks its platform by substring; torch needs "cuda" (its
+    default is the CPU); the CUDA backends take the default GPU."""
+    env = os.environ.get(f"PORTKERN_{name.upper()}_DEVICE")
+    if env:
+        return env
     if name == "opencl":
-        return os.environ.get("PORTKERN_OPENCL_DEVICE", "nvidia")
+        return "nvidia"
     return "cuda" if name.startswith("torch") else None
 
 
@@ -73,45 +90,90 @@ def _timed(
     return best
 
 
-_DEADLINE = [float("inf")]  # perf_counter() after which sections are skipped (--budget-s)
+_DEADLINE = [float("inf"), float("inf")]  # perf_counter(): no section starts after [0]; none runs past [1]
+#: Declared limit (seconds) per kind of section on a GPU; the compiled frameworks' sections get COMPILED_FACTOR
+#: times more (torch.compile's Inductor compile, XLA). A section past its limit is stopped (SIGALRM, which
+#: Python takes as soon as the running call returns to it) and recorded as failed; --budget-s bounds the process.
+SECTION_LIMITS = {"device": 25, "step": 10, "gae": 8, "rollout": 12, "chain": 15, "extra": 8}
+COMPILED_FACTOR = 2.5
+_TIMINGS: list[dict[str, Any]] = []  # one entry per section: declared limit, used seconds, status
 
 
-def section(results: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
-    """Run one measurement; a failure is recorded (one line + traceback tail), never fatal."""
+class SectionTimeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:  # noqa: ARG001 - the signal handler's signature
+    raise SectionTimeout("past its declared limit")
+
+
+def section(results: dict[str, Any], key: str, fn: Callable[[], Any], limit: float = 60.0) -> None:
+    """Run one measurement, bounded by ``limit`` seconds (and the process's --budget-s); a failure or a timeout
+    is recorded (one line + traceback tail), never fatal."""
     t0 = time.perf_counter()
     if t0 > _DEADLINE[0]:
         results[key] = {"skipped": "out of the run's time budget (--budget-s)"}
+        _TIMINGS.append({"section": key, "limit_s": limit, "used_s": 0.0, "status": "skipped"})
         print(f"[  skip] {key}: out of time", flush=True)
         return
+    bound = max(1, int(min(limit, _DEADLINE[1] - t0) + 0.999))
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(bound)
     try:
         results[key] = fn()
-        _free()
+        status = "ok" if not (isinstance(results[key], dict) and "not_applicable" in results[key]) else "n/a"
+    except SectionTimeout:
+        results[key] = {"error": f"timed out after {bound} s (declared limit {limit:g} s)"}
+        status = "timeout"
     except Exception as exc:
+        tb = traceback.format_exc()
         results[key] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                        "traceback": traceback.format_exc().splitlines()[-6:]}  # fmt: skip
-    print(
-        f"[{time.perf_counter() - t0:6.1f}s] {key}: {json.dumps(results[key], default=str)[:400]}", flush=True
-    )
+                        "traceback": tb.splitlines()[-6:]}  # fmt: skip
+        status = "error"
+        if "SectionTimeout" in tb:  # a framework (Inductor, XLA) wrapped the alarm in its own exception
+            results[key]["error"] = (f"timed out after {bound} s (declared limit {limit:g} s), inside "
+                                     f"{type(exc).__name__}")  # fmt: skip
+            status = "timeout"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    try:
+        _free()
+    except Exception:  # noqa: BLE001, S110 - freeing is best effort
+        pass
+    used = time.perf_counter() - t0
+    _TIMINGS.append({"section": key, "limit_s": limit, "used_s": round(used, 3), "status": status})
+    print(f"[{used:6.1f}s] {key}: {json.dumps(results[key], default=str)[:400]}", flush=True)
 
 
-def machine_info() -> dict[str, Any]:
+def _smi(fields: str) -> str:
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                              check=False, capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
+    except Exception as exc:
+        return f"unavailable: {type(exc).__name__}"
+
+
+SMI_FIELDS = ("name,memory.total,clocks.max.sm,clocks.max.memory,clocks.sm,clocks.mem,driver_version,"
+              "power.limit,pci.bus_id,compute_cap")  # fmt: skip
+
+
+def machine_info(backends: tuple[str, ...] = BACKENDS) -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "numpy": np.__version__,
+        "host_cpus": os.cpu_count(),
     }
-    try:
-        info["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.memory", "--format=csv,noheader"],
-            check=False, capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
-    except Exception as exc:
-        info["nvidia_smi"] = f"unavailable: {exc}"
-    for mod in ("cupy", "numba", "torch", "pyopencl"):
+    info["nvidia_smi"] = _smi("name,driver_version,memory.total,clocks.max.memory")
+    modules = {"cupy": "cupy", "numba": "numba", "torch": "torch", "torch_compile": "torch", "opencl": "pyopencl",
+               "jax": "jax"}  # fmt: skip
+    for mod in sorted({modules.get(b, "numpy") for b in backends}):
         try:
             info[mod] = __import__(mod).__version__
         except Exception as exc:
             info[mod] = f"unavailable: {type(exc).__name__}"
-    for name in BACKENDS:
+    for name in backends:
         p = probe(name)
         entry: dict[str, Any] = {"available": p.available, "reason": p.reason, "devices": list(p.devices),
                                  "simulator": p.simulator, "versions": p.versions}  # fmt: skip
@@ -124,20 +186,100 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def copy_bandwidth(nbytes: int) -> dict[str, Any]:
-    import cupy
+def _cupy() -> Any:
+    try:
+        import cupy
 
-    src = cupy.ones(nbytes // 4, dtype=cupy.float32)
-    dst = cupy.empty_like(src)
-    sync = cupy.cuda.Device().synchronize
-    sec = _timed(lambda: cupy.copyto(dst, src), sync, reps=10)
+        cupy.cuda.runtime.getDeviceCount()
+        return cupy
+    except Exception:  # noqa: BLE001 - no CUDA GPU: the CPU stand-ins measure instead
+        return None
+
+
+def copy_bandwidth(nbytes: int) -> dict[str, Any]:
+    """The device's copy ceiling: CuPy's copyto on the GPU (NumPy's on the host CPU, the rehearsal's stand-in)."""
+    cupy = _cupy()
+    xp = cupy if cupy is not None else np
+    src = xp.ones(nbytes // 4, dtype=np.float32)
+    dst = xp.empty_like(src)
+    sync = cupy.cuda.Device().synchronize if cupy is not None else (lambda: None)
+    sec = _timed(lambda: xp.copyto(dst, src), sync, reps=10)
     # A copy reads and writes every byte: 2 x nbytes cross the memory bus.
     return {
+        "method": "cupy.copyto" if cupy is not None else "numpy.copyto (host CPU stand-in)",
         "bytes_copied": nbytes,
         "bytes_moved": 2 * nbytes,
         "seconds": sec,
         "bytes_per_s": 2 * nbytes / sec,
     }
+
+
+_FMA_KERNEL = r"""
+extern "C" __global__ void pk_fma_peak(REAL* out, REAL a, REAL b, int iters) {
+  REAL x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3, x4 = x0 + 4, x5 = x0 + 5, x6 = x0 + 6, x7 = x0 + 7;
+  for (int i = 0; i < iters; ++i) {
+    x0 = fma(x0, a, b); x1 = fma(x1, a, b); x2 = fma(x2, a, b); x3 = fma(x3, a, b);
+    x4 = fma(x4, a, b); x5 = fma(x5, a, b); x6 = fma(x6, a, b); x7 = fma(x7, a, b);
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+}
+"""
+
+
+def flop_peaks(iters: int) -> dict[str, Any]:
+    """Measured fp32 and fp64 peaks: 8 independent FMA chains per thread (2 flops each), every SM busy (a CuPy
+    RawKernel); on the host CPU (the rehearsal) NumPy's matmul stands in."""
+    cupy = _cupy()
+    out: dict[str, Any] = {}
+    if cupy is None:
+        for name, dt in (("fp32", np.float32), ("fp64", np.float64)):
+            a = np.ones((256, 256), dt)
+            sec = _timed(lambda a=a: a @ a, lambda: None, reps=3)
+            out[f"{name}_flops_per_s"] = 2 * 256**3 / sec
+        out["method"] = "numpy matmul 256^3 (host CPU stand-in)"
+        return out
+    dev = cupy.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    threads, blocks = 256, sms * 16
+    for name, ctype, dt in (("fp32", "float", np.float32), ("fp64", "double", np.float64)):
+        kern = cupy.RawKernel(_FMA_KERNEL.replace("REAL", ctype), "pk_fma_peak")
+        buf = cupy.empty(threads * blocks, dt)
+        n = iters if name == "fp32" else max(1, iters // 4)
+        sec = _timed(lambda kern=kern, buf=buf, dt=dt, n=n: kern((blocks,), (threads,), (buf, dt(0.999), dt(1e-3),
+                     np.int32(n))), dev.synchronize, reps=5)  # fmt: skip
+        out[f"{name}_flops_per_s"] = 2 * 8 * n * threads * blocks / sec
+    out["method"] = f"CuPy RawKernel, {blocks} blocks x {threads} threads x 8 FMA chains"
+    return out
+
+
+def device_info(copy_mib: int, fma_iters: int) -> dict[str, Any]:
+    """What this device is and its own ceilings, read or measured here (nothing assumes an H100 or an H200):
+    name, memory, clocks (nvidia-smi and the CUDA runtime), copy ceiling, fp32 and fp64 peaks."""
+    out: dict[str, Any] = {"nvidia_smi_fields": SMI_FIELDS, "nvidia_smi": _smi(SMI_FIELDS)}
+    cupy = _cupy()
+    if cupy is not None:
+        dev = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        out.update({"name": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_bytes": int(props["totalGlobalMem"]), "sms": int(props["multiProcessorCount"]),
+                    "sm_clock_khz": int(props.get("clockRate", 0)),
+                    "memory_clock_khz": int(props.get("memoryClockRate", 0)),
+                    "memory_bus_bits": int(props.get("memoryBusWidth", 0)),
+                    "l2_bytes": int(props.get("l2CacheSize", 0)),
+                    "compute_capability": f"{props['major']}.{props['minor']}"})  # fmt: skip
+        if out["memory_clock_khz"] and out["memory_bus_bits"]:  # DDR: two transfers a clock
+            out["memory_bytes_per_s_theoretical"] = 2 * out["memory_clock_khz"] * 1e3 * out["memory_bus_bits"] / 8
+    else:
+        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+                     platform.processor() or "host CPU") if os.path.exists("/proc/cpuinfo") else "host CPU"  # fmt: skip
+        out.update({"name": f"{model} (host CPU stand-in, no GPU)", "cpus": os.cpu_count()})
+    out["copy"] = copy_bandwidth(copy_mib << 20)
+    out["copy_bytes_per_s"] = out["copy"]["bytes_per_s"]
+    if out.get("memory_bytes_per_s_theoretical"):
+        out["copy_of_theoretical"] = out["copy_bytes_per_s"] / out["memory_bytes_per_s_theoretical"]
+    out.update(flop_peaks(fma_iters))
+    return out
 
 
 def cartpole_step(name: str, n: int, steps: int, ceiling: float | None) -> dict[str, Any]:
@@ -222,7 +364,9 @@ def _rollout_buffer(env: pk_step.VectorEnv, steps: int, host: bool) -> RolloutBu
 _ROLLOUT_ENVS: dict[tuple[str, str, int, bool], tuple[pk_step.VectorEnv, RolloutBuffer]] = {}
 
 
-def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, Any]:
+def rollout(
+    name: str, env_id: str, path: str, n: int, steps: int, ceiling: float | None = None
+) -> dict[str, Any]:
     """env.rollout(T, policy, path=...) throughput: the random policy on each data path, and the MLP fused.
 
     The host path brings obs back every step and runs the NumPy policy there (an off-device simulator's
@@ -266,10 +410,17 @@ def rollout(name: str, env_id: str, path: str, n: int, steps: int) -> dict[str, 
            "mlp_build": ("run-time width" if run_time_width else "width") if mlp else None,
            "seconds_per_rollout": sec, "env_steps_per_s": rate, "gpu_hours_per_billion_steps": 1e9 / rate / 3600,
            "compile_and_warmup_s": warm, "terminated_fraction": float(np.mean(_host(be, buf.terminated)))}  # fmt: skip
+    # What the buffer must receive per env-step (obs and final obs, action, reward, two flags): a floor on the
+    # bytes moved, so its share of the copy ceiling says how far the rollout is from memory-bound.
+    item = np.dtype(env.dtype).itemsize
+    out["bytes_per_env_step"] = 2 * spec.obs_dim * item + 4 * max(1, getattr(spec, "action_dim", 1)) + item + 2
+    out["bytes_per_s"] = out["bytes_per_env_step"] * rate
+    if ceiling:
+        out["fraction_of_copy_bandwidth"] = out["bytes_per_s"] / ceiling
     return out
 
 
-def chain_step(name: str, n: int, links: int, steps: int) -> dict[str, Any]:
+def chain_step(name: str, n: int, links: int, steps: int, ceiling: float | None = None) -> dict[str, Any]:
     """The public ``env.step`` of Chain-v0 at K = ``links`` (the physics-heavy env: 20 articulated-body passes
     per step), float32, actions already on the device; termination off so every step is the same physics."""
     be = get_backend(name, _device(name))
@@ -280,6 +431,13 @@ def chain_step(name: str, n: int, links: int, steps: int) -> dict[str, Any]:
     sec = _timed(lambda: env.step(actions), be.synchronize, steps)
     out = {"backend": name, "device": be.device_name, "env": "Chain-v0", "links": links, "num_envs": n,
            "steps_timed": steps, "seconds_per_step": sec, "env_steps_per_s": n / sec}  # fmt: skip
+    # The compulsory bytes of a step (state read and written, obs and final obs, actions, reward, flags, the
+    # step counter): the physics is the bill here, so this share of the copy ceiling stays small.
+    es, item = env.spec, np.dtype(env.dtype).itemsize
+    out["bytes_per_env_step"] = (2 * es.state_dim + 2 * es.obs_dim + 1) * item + 4 * links + 2 + 8
+    out["bytes_per_s"] = out["bytes_per_env_step"] * n / sec
+    if ceiling:
+        out["fraction_of_copy_bandwidth"] = out["bytes_per_s"] / ceiling
     if compile_before is not None:
         out["compile_seconds_total"] = be.compile_seconds
     return out
@@ -292,6 +450,8 @@ def _host(be: Any, a: Any) -> np.ndarray:
 def zero_copy() -> dict[str, Any]:
     import torch
 
+    if _cupy() is None or not torch.cuda.is_available():
+        return {"not_applicable": "no CUDA GPU: zero-copy from CuPy and Numba-CUDA to torch needs one"}
     out: dict[str, Any] = {"torch": torch.__version__}
     for name in ("cupy", "numba"):
         try:
@@ -327,100 +487,137 @@ def _free() -> None:
             pass
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def _limit(kind: str, name: str | None = None) -> float:
+    return SECTION_LIMITS[kind] * (COMPILED_FACTOR if name in COMPILED else 1) * _LIMIT_SCALE[0]
+
+
+_LIMIT_SCALE = [1.0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
+    ap.add_argument("--family", default="all",
+                    help="names the JSON: gpu_bench_<family>.json (gpu_bench.json for all)")  # fmt: skip
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated, in the order they are timed")  # fmt: skip
+    ap.add_argument("--device-info", action="store_true",
+                    help="measure the device first (name, memory, clocks, copy ceiling, fp32/fp64 peaks) and write "
+                         "device.json beside the JSON; without it the ceiling is read from that device.json")  # fmt: skip
     ap.add_argument("--envs-log2", type=int, default=24)
     ap.add_argument("--gae-t", type=int, default=128)
     ap.add_argument("--gae-n-log2", type=int, default=20)
     ap.add_argument("--copy-mib", type=int, default=1024)
+    ap.add_argument("--fma-iters", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rollout-t", type=int, default=128)
     ap.add_argument("--rollout-n-log2", type=int, default=20)
-    ap.add_argument(
-        "--rollout-host-n-log2",
-        type=int,
-        default=16,
-        help="the host path runs the NumPy policy every step: a smaller N keeps it to seconds",
-    )
-    ap.add_argument(
-        "--chain-n-log2", type=int, default=20, help="Chain-v0 envs (log2) of the chain_step sections"
-    )
+    ap.add_argument("--rollout-host-n-log2", type=int, default=16,
+                    help="the host path runs the NumPy policy every step: a smaller N keeps it to seconds")  # fmt: skip
+    ap.add_argument("--chain-n-log2", type=int, default=20,
+                    help="Chain-v0 envs (log2) of the chain_step sections")  # fmt: skip
     ap.add_argument("--chain-steps", type=int, default=20)
-    ap.add_argument(
-        "--budget-s",
-        type=float,
-        default=float("inf"),
-        help="skip the sections that would start after this many seconds (results so far are kept)",
-    )
-    args = ap.parse_args()
-    _DEADLINE[0] = time.perf_counter() + args.budget_s
+    ap.add_argument("--chain-links", default="3,10")
+    ap.add_argument("--no-extras", action="store_true",
+                    help="skip the lower-value sections (device and host paths, the run-time-width MLP build, "
+                         "zero-copy, Acrobot)")  # fmt: skip
+    ap.add_argument("--compiled-sections", default="step,gae,rollout,chain,extra",
+                    help="the kinds of section the compiled frameworks (torch_compile, jax) run (the rehearsal "
+                         "keeps their compiles few: Inductor and XLA on two CPU cores take tens of seconds each)")  # fmt: skip
+    ap.add_argument("--limit-scale", type=float, default=1.0,
+                    help="multiply every section's declared limit (SECTION_LIMITS) by this")
+    ap.add_argument("--budget-s", type=float, default=float("inf"),
+                    help="start no section after this many seconds from the process's start (results so far are "
+                         "kept); a running section is stopped 2 s after it")  # fmt: skip
+    ap.add_argument("--strict", action="store_true",
+                    help="exit status 1 if any section failed or timed out (the rehearsal: a stand-in must run "
+                         "every section)")  # fmt: skip
+    args = ap.parse_args(argv)
+    _DEADLINE[:] = [_T0 + args.budget_s, _T0 + args.budget_s + 2.0]
+    _LIMIT_SCALE[0] = args.limit_scale
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "gpu_bench.json")
+    name = "gpu_bench.json" if args.family == "all" else f"gpu_bench_{args.family}.json"
+    path = os.path.join(args.out, name)
     # The schema tells `portkern report` this file from bench runs and training files.
-    results: dict[str, Any] = {
-        "schema": "portkern-gpu-bench/1",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    results: dict[str, Any] = {"schema": "portkern-gpu-bench/1", "family": args.family, "backends": list(backends),
+                               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "timings": _TIMINGS}  # fmt: skip
 
     def save() -> None:
-        with open(path, "w") as fh:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
             json.dump(results, fh, indent=2, default=str)
+        os.replace(tmp, path)  # a run cut short leaves the last whole file, never half of one
+        hook = os.environ.get("PK_GPU_SAVE_HOOK")  # run_gpu.sh: refresh the archive under $OUT
+        if hook:
+            subprocess.run(hook, shell=True, check=False, timeout=30)  # noqa: S602 - the script's own command
 
-    section(results, "machine", machine_info)
+    dev_path = os.path.join(args.out, "device.json")
+    section(results, "machine", lambda: machine_info(backends), _limit("device"))
+    if args.device_info:
+        section(results, "device", lambda: device_info(args.copy_mib, args.fma_iters), _limit("device"))
+        if "error" not in results["device"]:
+            with open(dev_path, "w") as fh:
+                json.dump(results["device"], fh, indent=2, default=str)
+    elif os.path.exists(dev_path):
+        with open(dev_path) as fh:
+            results["device"] = {"read_from": "device.json", **json.load(fh)}
+    ceiling = (results.get("device") or {}).get("copy_bytes_per_s")
+    results["copy_bandwidth"] = (results.get("device") or {}).get("copy") or {"skipped": "no device.json"}
     save()
-    section(results, "copy_bandwidth", lambda: copy_bandwidth(args.copy_mib << 20))
-    ceiling = results["copy_bandwidth"].get("bytes_per_s")
-    save()
 
-    def steps(names: tuple[str, ...]) -> None:
-        for name in names:
-            section(results, f"cartpole_step_{name}",
-                    lambda name=name: cartpole_step(name, 1 << args.envs_log2, args.steps, ceiling))  # fmt: skip
-            save()
+    compiled_kinds = {k.strip() for k in args.compiled_sections.split(",") if k.strip()}
 
-    def rollouts(env_id: str, names: tuple[str, ...]) -> None:
-        for name in names:
-            for data_path in ROLLOUT_PATHS:
-                n_log2 = args.rollout_host_n_log2 if data_path == "host" else args.rollout_n_log2
-                section(results, f"rollout_{env_id.split('-')[0].lower()}_{data_path}_{name}",
-                        lambda name=name, env_id=env_id, p=data_path, n=1 << n_log2: rollout(
-                            name, env_id, p, n, args.rollout_t))  # fmt: skip
-                save()
-
-    # The order puts what a run cut short by --budget-s most needs first: the CartPole rollouts (with the
-    # MLP builds' pair) before GAE, and the compiled frameworks (torch_compile's compiles took ~15 s each)
-    # after the others.
-    eager = tuple(b for b in BACKENDS if b not in COMPILED)
-    steps(eager)
-    rollouts(ROLLOUT_ENVS[0], eager)
-    for name in BACKENDS:
-        section(
-            results, f"gae_{name}", lambda name=name: gae(name, args.gae_t, 1 << args.gae_n_log2, ceiling)
-        )
+    def run(key: str, kind: str, b: str | None, fn: Callable[[], Any]) -> None:
+        if b in COMPILED and kind not in compiled_kinds:
+            return
+        section(results, key, fn, _limit(kind, b))
         save()
-    section(results, "zero_copy_torch", zero_copy)
-    save()
-    steps(COMPILED)
-    rollouts(ROLLOUT_ENVS[0], COMPILED)
-    for env_id in ROLLOUT_ENVS[1:]:
-        rollouts(env_id, BACKENDS)
+
+    # By value: what no other machine can give first (the step kernel's bytes against the ceiling, GAE, the
+    # fused rollouts with the random and the MLP policy, Chain-v0 at each K), then the rest; the compiled
+    # frameworks (torch.compile's Inductor, ~15 s a compile; XLA) after the others of their family, so their
+    # compiles never push an eager backend's figures out of the budget.
+    env0 = ROLLOUT_ENVS[0].split("-")[0].lower()
+    n_roll, t_roll = 1 << args.rollout_n_log2, args.rollout_t
+    links = [int(k) for k in args.chain_links.split(",") if k.strip()]
+    for group in ([b for b in backends if b not in COMPILED], [b for b in backends if b in COMPILED]):
+        for b in group:
+            run(f"cartpole_step_{b}", "step", b,
+                lambda b=b: cartpole_step(b, 1 << args.envs_log2, args.steps, ceiling))  # fmt: skip
+        for b in group:
+            run(f"gae_{b}", "gae", b, lambda b=b: gae(b, args.gae_t, 1 << args.gae_n_log2, ceiling))
+        for b in group:
+            for p in ("fused", "fused_mlp"):
+                run(f"rollout_{env0}_{p}_{b}", "rollout", b,
+                    lambda b=b, p=p: rollout(b, ROLLOUT_ENVS[0], p, n_roll, t_roll, ceiling))  # fmt: skip
+        _ROLLOUT_ENVS.clear()
+        for k in links:
+            for b in group:
+                run(f"chain_step_k{k}_{b}", "chain", b,
+                    lambda b=b, k=k: chain_step(b, 1 << args.chain_n_log2, k, args.chain_steps, ceiling))  # fmt: skip
+    if not args.no_extras:
+        for b in backends:
+            for p in ("device", "fused_mlp_run_time_width", "host"):
+                n = 1 << (args.rollout_host_n_log2 if p == "host" else args.rollout_n_log2)
+                run(f"rollout_{env0}_{p}_{b}", "extra", b,
+                    lambda b=b, p=p, n=n: rollout(b, ROLLOUT_ENVS[0], p, n, t_roll, ceiling))  # fmt: skip
+        if "cupy" in backends:
+            run("zero_copy_torch", "extra", None, zero_copy)
+        for env_id in ROLLOUT_ENVS[1:]:
+            for b in backends:
+                for p in ("fused", "fused_mlp"):
+                    run(f"rollout_{env_id.split('-')[0].lower()}_{p}_{b}", "extra", b,
+                        lambda b=b, p=p, e=env_id: rollout(b, e, p, n_roll, t_roll, ceiling))  # fmt: skip
     _ROLLOUT_ENVS.clear()
-    # Chain-v0 last (each K is its own build on every backend): stepping where the physics is the bill.
-    for links in (3, 10):
-        for name in BACKENDS:
-            section(
-                results,
-                f"chain_step_k{links}_{name}",
-                lambda name=name, links=links: chain_step(
-                    name, 1 << args.chain_n_log2, links, args.chain_steps
-                ),
-            )
-            save()
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    results["process_seconds"] = round(time.perf_counter() - _T0, 3)
     save()
-    print(f"wrote {path}")
+    failed = [t["section"] for t in _TIMINGS if t["status"] in ("error", "timeout")]
+    print(f"wrote {path} ({len(_TIMINGS)} sections in {results['process_seconds']:.1f} s"
+          + (f"; failed: {', '.join(failed)})" if failed else ")"))  # fmt: skip
+    return 1 if args.strict and failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

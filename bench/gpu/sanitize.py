@@ -14,6 +14,7 @@ On a machine without a GPU, ``python3 bench/gpu/sanitize.py cuda_host`` runs the
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import numpy as np
@@ -34,9 +35,9 @@ def _check(name: str, got, want, tol: float) -> bool:
     return True
 
 
-def main(backend: str = "cupy") -> int:
+def main(backend: str = "cupy", env_ids: list[str] | None = None) -> int:
     ok = True
-    for env_id in envs.ENVS:
+    for env_id in env_ids or list(envs.ENVS):
         spec = envs.ENVS[env_id]
         for label, policy, path in (("device", RandomPolicy(), "device"), ("fused", RandomPolicy(), "fused"),
                                     ("fused-mlp", MLPPolicy.init(spec, hidden=16, seed=3), "fused")):  # fmt: skip
@@ -73,4 +74,9 @@ def main(backend: str = "cupy") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:2]))
+    ap = argparse.ArgumentParser(description="Every CuPy kernel once, small, for compute-sanitizer.")
+    ap.add_argument("backend", nargs="?", default="cupy",
+                    help="cupy on a GPU; cuda_host runs the same CUDA C on the CPU")  # fmt: skip
+    ap.add_argument("--envs", help="comma-separated env ids (default: every env)")
+    a = ap.parse_args()
+    sys.exit(main(a.backend, a.envs.split(",") if a.envs else None))

@@ -1,9 +1,10 @@
 #!/bin/bash
-# The device tool copies the working tree to the GPU machine, 64 MiB at most; the committed benchmark
-# results alone are ~180 MB. Before a GPU run, from the repository root:
+# The device tool copies the working tree to the GPU machine, 64 MiB at most with the carried .device/ included.
+# When the tracked files push past that (check: git ls-files -z | xargs -0 du -cb | tail -n 1; du -sh .device),
+# move the large committed benchmark results out first, from the repository root:
 #   bash bench/gpu/slim_tree.sh stash     # tracked files under bench/results/ over 150 kB -> a tarball outside
 #   ... run bench/gpu/run_gpu.sh on the device (carry [".device"]) ...
-#   bash bench/gpu/slim_tree.sh restore   # puts them back (git checkout would too)
+#   bash bench/gpu/slim_tree.sh restore   # puts them back
 # Nothing the GPU script runs reads those files (it runs tests/test_parity.py, bench/gpu/*, portkern bench/train).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -41,7 +41,11 @@ def is_gpu_bench_file(path: str | Path) -> bool:
 
 
 def _device(data: dict[str, Any]) -> str:
-    """nvidia-smi's name of the GPU, else the device of the first section that ran."""
+    """The device the run measured (bench/gpu/run_gpu.sh's device section), else nvidia-smi's name of the GPU,
+    else the device of the first section that ran."""
+    named = (data.get("device") or {}).get("name") if isinstance(data.get("device"), dict) else None
+    if named:
+        return str(named)
     smi = str((data.get("machine") or {}).get("nvidia_smi", ""))
     if smi and not smi.startswith("unavailable"):
         return smi.split(",")[0].strip()
@@ -70,7 +74,7 @@ def summarise_file(path: str | Path) -> dict[str, Any]:
     ceiling = (data.get("copy_bandwidth") or {}).get("bytes_per_s")
     steps, gae, rollouts, chain, other = [], [], [], [], []
     for key, entry in data.items():
-        if not isinstance(entry, dict) or key in ("machine", "copy_bandwidth"):
+        if not isinstance(entry, dict) or key in ("machine", "copy_bandwidth", "device"):
             continue
         why = _failure(entry)
         if key.startswith("cartpole_step_"):
@@ -87,15 +91,16 @@ def summarise_file(path: str | Path) -> dict[str, Any]:
             rollouts.append({"section": key, "env": entry.get("env", key.split("_")[1]), "why": why, **({} if why else {
                 "backend": entry["backend"], "path": entry["path"], "policy": entry["policy"],
                 "mlp_build": entry.get("mlp_build"), "num_envs": entry["num_envs"], "T": entry["T"],
-                "env_steps_per_s": entry["env_steps_per_s"]})})  # fmt: skip
+                "env_steps_per_s": entry["env_steps_per_s"], "of_copy": entry.get("fraction_of_copy_bandwidth")})})  # fmt: skip
         elif key.startswith("chain_step_"):
             chain.append({"section": key, "why": why, **({} if why else {
                 "backend": entry["backend"], "links": entry["links"], "num_envs": entry["num_envs"],
-                "env_steps_per_s": entry["env_steps_per_s"]})})  # fmt: skip
+                "env_steps_per_s": entry["env_steps_per_s"], "of_copy": entry.get("fraction_of_copy_bandwidth")})})  # fmt: skip
         else:
             other.append({"section": key, "why": why, "value": None if why else entry})
     return {"source": str(path), "device": _device(data), "started": data.get("started"),
             "finished": data.get("finished"), "machine": machine, "copy_bytes_per_s": ceiling,
+            "device_info": data.get("device") if isinstance(data.get("device"), dict) else {},
             "steps": steps, "gae": gae, "rollouts": rollouts, "chain": chain, "other": other}  # fmt: skip
 
 
@@ -129,17 +134,15 @@ def tables(summary: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]
         done = [r for r in f["rollouts"] if not r["why"]]
         if done:
             out[f"{TITLE}: rollouts on {where}"] = (
-                ["env", "backend", "path", "policy", "envs x T", "env-steps/s"],
+                ["env", "backend", "path", "policy", "envs x T", "env-steps/s", "buffer bytes of copy ceiling"],
                 [[r["env"], r["backend"], _rollout_path(r), r["policy"], f"{r['num_envs']:,} x {r['T']}",
-                  _fmt(r["env_steps_per_s"])] for r in done])  # fmt: skip
+                  _fmt(r["env_steps_per_s"]), _pct(r.get("of_copy"))] for r in done])  # fmt: skip
         chain = [c for c in f["chain"] if not c["why"]]
         if chain:
             out[f"{TITLE}: Chain-v0 step on {where}"] = (
-                ["backend", "links", "envs", "env-steps/s"],
-                [
-                    [c["backend"], str(c["links"]), f"{c['num_envs']:,}", _fmt(c["env_steps_per_s"])]
-                    for c in chain
-                ],
+                ["backend", "links", "envs", "env-steps/s", "state bytes of copy ceiling"],
+                [[c["backend"], str(c["links"]), f"{c['num_envs']:,}", _fmt(c["env_steps_per_s"]), _pct(c.get("of_copy"))]
+                 for c in chain],  # fmt: skip
             )
     return out
 
@@ -150,6 +153,16 @@ def markdown(summary: dict[str, Any]) -> list[str]:
         smi = f["machine"].get("nvidia_smi", "nvidia-smi not recorded")
         out += ["", (f"**{f['source']}**: {f['device']} ({smi}), {f['started'] or '?'} to "
                      f"{f['finished'] or 'not finished'}; copy ceiling {_fmt(f['copy_bytes_per_s'])} B/s.")]  # fmt: skip
+        d = f.get("device_info") or {}
+        if d:  # its own ceilings, measured in the run (bench/gpu/gpu_bench.py --device-info)
+            parts = [f"{k} {_fmt(d[v])}{u}" for k, v, u in (
+                ("memory", "memory_bytes", " B"), ("SMs", "sms", ""), ("max SM clock", "sm_clock_khz", " kHz"),
+                ("memory clock", "memory_clock_khz", " kHz"), ("theoretical memory bandwidth",
+                 "memory_bytes_per_s_theoretical", " B/s"), ("measured fp32 peak", "fp32_flops_per_s", " flop/s"),
+                ("measured fp64 peak", "fp64_flops_per_s", " flop/s")) if d.get(v)]  # fmt: skip
+            if d.get("copy_of_theoretical"):
+                parts.append(f"copy ceiling {_pct(d['copy_of_theoretical'])} of theoretical")
+            out += ["", f"Device {d.get('name', '?')}: " + ", ".join(parts) + "."]
         by_why: dict[str, list[str]] = {}
         for r in [*f["rollouts"], *f["chain"], *f["other"]]:
             if r["why"]:
