@@ -107,6 +107,8 @@ def _check_options(options: dict[str, Any] | None) -> None:
 def _env_kwargs(env_id: str, kwargs: dict[str, Any], who: str) -> tuple[str, dict[str, int]]:
     """Check what Gymnasium forwards to the vector entry point (``max_episode_steps``, the env's structural
     keywords such as ``links=3``); the bare id and the structural keywords (checked)."""
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id: expected a portkern env id such as 'CartPole-v1', got {type(env_id).__name__} {env_id!r}")
     env_id = env_id.removeprefix(f"{NAMESPACE}/")
     spec = envs.get(env_id)
     structure = {s.name: kwargs.pop(s.name) for s in spec.structure if s.name in kwargs}
@@ -121,7 +123,9 @@ def _env_kwargs(env_id: str, kwargs: dict[str, Any], who: str) -> tuple[str, dic
             f"any limit"
         )
     if kwargs:
-        raise TypeError(f"{who}: unexpected keyword arguments {sorted(kwargs)}")
+        # Python's own wording for an unknown keyword, which tools match on: TorchRL's GymEnv passes
+        # ``frameskip`` and drops it only when the error reads "unexpected keyword argument 'frameskip'".
+        raise TypeError(f"{who}() got an unexpected keyword argument {next(iter(kwargs))!r}")
     return env_id, structure
 
 
@@ -152,7 +156,11 @@ class PortkernVectorEnv(_GymVectorEnv):
                 "render one env: gymnasium.make(id, render_mode='human')"
             )
         self.render_mode = render.check_render_mode(render_mode, env.spec.id)
-        self.metadata = {"autoreset_mode": _MODES[env.autoreset], "render_modes": ["rgb_array"],
+        #: Gymnasium's vector-env attributes, as ``SyncVectorEnv`` carries them (TorchRL's ``GymWrapper`` reads
+        #: ``autoreset_mode``): the autoreset mode, and "same" observation spaces for every env.
+        self.autoreset_mode = _MODES[env.autoreset]
+        self.observation_mode = "same"
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": ["rgb_array"],
                          "render_fps": render.render_fps(env.spec.id), "env_id": env.spec.id}  # fmt: skip
         self._same_step = env.autoreset == "same_step"
         self._fresh = isinstance(env, ScalarBatch)
@@ -250,6 +258,9 @@ class PortkernEnv(gymnasium.Env):
     leaves truncation to that wrapper (any limit, or none with ``max_episode_steps=-1``); a device
     kernel counts to the env's own limit, so a longer ``TimeLimit`` cannot lengthen its episodes.
     ``render_mode`` ``"rgb_array"`` or ``"human"`` draws with Gymnasium's renderer (``portkern.render``).
+
+    :attr:`state` reads and sets the physical state as Gymnasium's classic-control envs' ``unwrapped.state``
+    does (``env.unwrapped.state = (0.0, 0.0, 0.1, 0.0)`` starts CartPole-v1 tilted), in their order.
     """
 
     metadata = {"render_modes": list(render.RENDER_MODES), "render_fps": 50}
@@ -266,7 +277,7 @@ class PortkernEnv(gymnasium.Env):
         max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        env_id, structure = _env_kwargs(env_id, kwargs, "PortkernEnv")
+        env_id, structure = _env_kwargs(env_id, kwargs, "PortkernEnv.__init__")
         spec = envs.get(env_id, **structure)
         self.render_mode = render.check_render_mode(render_mode, env_id)
         # An env without a Gymnasium renderer (a portkern-only env such as Chain-v0) offers no render mode.
@@ -366,6 +377,25 @@ class PortkernEnv(gymnasium.Env):
                 f"({self.action_space}), got {action!r}"
             )
         return v
+
+    @property
+    def state(self) -> np.ndarray:
+        """The env's state ``[D]`` (a copy, in the env's dtype), in Gymnasium's ``unwrapped.state`` order:
+        CartPole-v1 ``(x, x_dot, theta, theta_dot)``, Acrobot-v1 ``(theta1, theta2, dtheta1, dtheta2)``,
+        MountainCar-v0 and MountainCarContinuous-v0 ``(position, velocity)``, Pendulum-v1 ``(theta, theta_dot)``;
+        Chain-v0, which has no Gymnasium twin, the K joint angles then the K joint velocities (``qpos0 ..
+        qpos{K-1}, qvel0 .. qvel{K-1}``, ``EnvSpec.state_names``). Setting it writes a new state (anything of
+        ``D`` finite numbers, checked as ``VectorEnv.set_state`` checks them; the step count is kept) and the
+        next :meth:`step` steps from it, as Gymnasium's envs do; writing into the returned array changes nothing."""
+        return self.env.get_state()["state"][0]
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        a = np.asarray(value)
+        names = self.env.spec.state_names
+        if a.shape != (len(names),):
+            raise ValueError(f"state: expected {len(names)} values ({', '.join(names)}), got shape {a.shape}")
+        self.env.set_state(a[None])
 
     def render(self) -> np.ndarray | None:
         """Gymnasium's frame of the current state (``rgb_array``), or a window update (``human``)."""

@@ -378,3 +378,85 @@ def test_single_env_rejects_a_bad_action_naming_the_space(env_id: str, action) -
 def test_single_env_rejects_an_unknown_render_mode() -> None:
     with pytest.raises(ValueError, match=r"render_mode: expected None or one of \['human', 'rgb_array'\]"):
         PortkernEnv("CartPole-v1", render_mode="ansi")
+
+
+# ---- unwrapped.state, as Gymnasium's classic-control envs have it ------------------------------------------
+#: A state per env (Gymnasium's ``unwrapped.state`` order) away from any reset draw, and an action.
+SET_STATES = {
+    "CartPole-v1": ((0.5, -0.3, 0.1, 0.4), 1),
+    "Acrobot-v1": ((0.7, -1.2, 2.0, -3.0), 2),
+    "MountainCar-v0": ((-0.9, 0.03), 0),
+    "MountainCarContinuous-v0": ((-0.2, -0.04), np.array([0.6], dtype=np.float32)),
+    "Pendulum-v1": ((2.5, -4.0), np.array([1.5], dtype=np.float32)),
+}
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+@pytest.mark.parametrize("env_id", sorted(SET_STATES))
+def test_single_env_state_set_then_stepped_matches_gymnasiums(env_id: str, backend_name: str) -> None:
+    """``env.unwrapped.state = s`` on portkern's env and on Gymnasium's, one step of each from it with the same
+    action: the same obs (to float32 rounding: Gymnasium steps in float64), and the state reads back."""
+    if backend_name == "torch":
+        pytest.importorskip("torch")
+    assert env_id in portkern.envs.gymnasium_envs()
+    state, action = SET_STATES[env_id]
+    ours, theirs = gymnasium.make(f"portkern/{env_id}", backend=backend_name), gymnasium.make(env_id)
+    ours.reset(seed=0)
+    theirs.reset(seed=0)
+    ours.unwrapped.state = state
+    theirs.unwrapped.state = np.array(state, dtype=np.float64)
+    np.testing.assert_array_equal(ours.unwrapped.state, np.float32(state))
+    got, want = ours.step(action), theirs.step(action)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert got[1] == pytest.approx(want[1], rel=1e-5, abs=1e-5) and got[2:4] == want[2:4]
+    np.testing.assert_allclose(ours.unwrapped.state, np.asarray(theirs.unwrapped.state, dtype=np.float64),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_chain_state_is_joint_angles_then_velocities() -> None:
+    """Chain-v0 has no Gymnasium twin: its state is ``qpos0 .. qpos{K-1}, qvel0 .. qvel{K-1}``, and a step from a
+    set state is the reference step of that state."""
+    env = gymnasium.make("portkern/Chain-v0", links=3)
+    spec = portkern.envs.get("Chain-v0", links=3)
+    assert spec.state_names == ("qpos0", "qpos1", "qpos2", "qvel0", "qvel1", "qvel2")
+    env.reset(seed=0)
+    state = np.array([0.3, -0.2, 0.1, 1.0, -0.5, 0.25])
+    env.unwrapped.state = state
+    np.testing.assert_array_equal(env.unwrapped.state, state.astype(np.float32))
+    action = np.array([0.5, -0.5, 0.2], dtype=np.float32)
+    obs = env.step(action)[0]
+    ref = make_vec("Chain-v0", 1, seed=0, links=3)
+    ref.reset()
+    ref.env.set_state(state[None].astype(np.float32))
+    np.testing.assert_array_equal(obs, ref.step(action[None])[0][0])
+
+
+def test_single_env_state_rejects_the_wrong_number_of_values() -> None:
+    env = PortkernEnv("CartPole-v1")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"state: expected 4 values \(x, x_dot, theta, theta_dot\), got shape \(2,\)"):
+        env.state = (0.0, 0.0)
+
+
+# ---- what tools read of a Gymnasium env's constructor and vector env -----------------------------------------
+@pytest.mark.parametrize("make", [lambda **kw: PortkernEnv("CartPole-v1", **kw),
+                                  lambda **kw: gymnasium.make("portkern/CartPole-v1", **kw),
+                                  lambda **kw: make_vec("CartPole-v1", 2, **kw)])  # fmt: skip
+def test_an_unknown_keyword_reads_as_pythons_own_error(make) -> None:
+    """TorchRL's GymEnv passes ``frameskip`` and drops it only on Python's own wording of the TypeError."""
+    with pytest.raises(TypeError, match=r"\(\) got an unexpected keyword argument 'frameskip'"):
+        make(frameskip=1)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_vector_env_carries_sync_vector_envs_public_attributes(mode: AutoresetMode) -> None:
+    ours = gymnasium.make_vec("portkern/CartPole-v1", 2, autoreset_mode=mode)
+    theirs = gymnasium.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode})
+    # SyncVectorEnv's own plumbing (its sub-envs, their factories, its copy flag, the sub-env calls) aside.
+    plumbing = {"envs", "env_fns", "copy", "call", "get_attr", "set_attr"}
+    public = {a for a in dir(theirs) if not a.startswith("_")} - plumbing
+    assert public <= set(dir(ours)), sorted(public - set(dir(ours)))
+    assert ours.autoreset_mode == theirs.autoreset_mode == mode
+    assert ours.observation_mode == theirs.observation_mode == "same"
+    assert ours.metadata["autoreset_mode"] == theirs.metadata["autoreset_mode"] == mode
+    assert set(theirs.metadata) <= set(ours.metadata)

@@ -5,7 +5,9 @@ The graph is built from the source with ``ast``: every import statement, at modu
 functions alike, so an import moved into a function to dodge a cycle is still an edge. Importing ``a.b.c``
 runs ``a/b/__init__.py`` first, so an edge to a module is also an edge to each package around it, except
 the packages around the importing module itself (those are already being imported when it runs).
-Imports under ``if TYPE_CHECKING:`` never run and are left out.
+Imports under ``if TYPE_CHECKING:`` never run, but they are edges too: two modules that name each other's
+types for the type checker are one design in two files (move the shared type to a lower module, or name what
+is needed with a ``typing.Protocol``), and a type checker follows the circle.
 """
 
 from __future__ import annotations
@@ -54,17 +56,20 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")  # fmt: skip
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    out: list[ast.Import | ast.ImportFrom] = []
-    todo = [tree]
+def _imports(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of ``tree``, each with whether it runs for the type checker only (under ``if
+    TYPE_CHECKING:``)."""
+    out: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    todo: list[tuple[ast.AST, bool]] = [(tree, False)]
     while todo:
-        node = todo.pop()
+        node, typing_only = todo.pop()
         if isinstance(node, ast.If) and _is_type_checking(node):
-            todo.extend(node.orelse)
+            todo.extend((n, True) for n in node.body)
+            todo.extend((n, typing_only) for n in node.orelse)
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.append(node)
-        todo.extend(ast.iter_child_nodes(node))
+            out.append((node, typing_only))
+        todo.extend((n, typing_only) for n in ast.iter_child_nodes(node))
     return out
 
 
@@ -89,14 +94,17 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return out
 
 
-def graph() -> dict[str, dict[str, str]]:
-    """module -> {imported module: "file:line" of the first import statement that makes the edge}."""
+def graph(sources: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the first import statement that makes the edge, marked
+    "(TYPE_CHECKING)" where it is imported for the type checker only}; of portkern's own files, or of
+    ``sources`` ({module: source text}) in their place."""
     edges: dict[str, dict[str, str]] = {m: {} for m in MODULES}
     for module, path in MODULES.items():
         own = set(_ancestors(module))
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        text = path.read_text() if sources is None or module not in sources else sources[module]
+        for node, typing_only in _imports(ast.parse(text, str(path))):
             for t in _targets(module, node):
-                where = f"{path.relative_to(PKG.parent)}:{node.lineno}"
+                where = f"{path.relative_to(PKG.parent)}:{node.lineno}" + (" (TYPE_CHECKING)" if typing_only else "")
                 for dep in [t] + [a for a in _ancestors(t) if a not in own]:
                     if dep != module:
                         edges[module].setdefault(dep, where)
@@ -152,14 +160,28 @@ def _room(module: str) -> int | None:
     return None
 
 
-def test_the_graph_sees_imports_inside_functions():
-    # An import inside a function (where a cycle hides) is an edge; one under TYPE_CHECKING (never run) is not.
+def test_the_graph_sees_imports_inside_functions_and_for_type_checking():
+    # An import inside a function (where a cycle hides) is an edge, and so is one under TYPE_CHECKING (which
+    # never runs, but ties the two modules' designs together all the same).
     edges = graph()
     assert "portkern.cli" in edges and "portkern.portability.report" in edges
     lazy = ast.parse("def f():\n    from .portability import suite\n")
-    assert _targets("portkern.cli", _imports(lazy)[0]) == ["portkern.portability.suite"]
-    hidden = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import cli\n")
-    assert [n for n in _imports(hidden) if _targets("portkern.step", n) == ["portkern.cli"]] == []
+    assert [(_targets("portkern.cli", n), t) for n, t in _imports(lazy)] == [(["portkern.portability.suite"], False)]
+    for guard in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+        hidden = ast.parse(f"import typing\nfrom typing import TYPE_CHECKING\nif {guard}:\n    from . import cli\n"
+                           f"else:\n    from . import rng\n")  # fmt: skip
+        found = {tuple(_targets("portkern.step", n)): t for n, t in _imports(hidden) if _targets("portkern.step", n)}
+        assert found == {("portkern.cli",): True, ("portkern.rng",): False}
+
+
+def test_a_circle_through_type_checking_imports_is_a_cycle():
+    # Two modules naming each other's types under TYPE_CHECKING only: the check must fail on them.
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .{} import {}\n"
+    fake = {"portkern.train.ppo": guarded.format("update", "CompiledUpdate"),
+            "portkern.train.update": guarded.format("ppo", "Agent")}  # fmt: skip
+    edges = graph(fake)
+    assert {"portkern.train.ppo", "portkern.train.update"} in cycles(edges)
+    assert edges["portkern.train.ppo"]["portkern.train.update"].endswith("(TYPE_CHECKING)")
 
 
 def test_import_graph_has_no_cycle_but_the_known_ones():

@@ -43,6 +43,11 @@ def _one_cpu_device(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--stack", "jax", "--parallel-seeds", "2", "--seeds", "1,2", "--ray"], "--parallel-seeds 2: not with --ray"),
 ])  # fmt: skip
 def test_parallel_seeds_refusals(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    _assert_refused(tmp_path, capsys, argv, message)
+
+
+def _assert_refused(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    """``portkern train ... argv`` exits 2 with ``message`` on stderr, before writing a file or a journal."""
     out = tmp_path / "o.json"
     assert main(["train", "--updates", "1", "--out", str(out), *argv]) == 2
     assert message in capsys.readouterr().err
@@ -188,10 +193,7 @@ def test_report_shows_h_per_policy_against_k(tmp_path: Path) -> None:
     (["--stack", "numpy", "--parallel-seeds", "2", "--refill", "--seeds", "1,2,3"], "only the jax stack"),
 ])  # fmt: skip
 def test_refill_refusals(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
-    out = tmp_path / "o.json"
-    assert main(["train", "--updates", "1", "--out", str(out), *argv]) == 2
-    assert message in capsys.readouterr().err
-    assert not out.exists() and not journal_path(out).exists()
+    _assert_refused(tmp_path, capsys, argv, message)
 
 
 def test_refilled_slot_runs_as_it_would_have_from_the_start() -> None:

@@ -19,7 +19,7 @@ from portkern import step  # noqa: E402
 from portkern.cli import main  # noqa: E402
 from portkern.train import config, jax_batch, runner, torch_batch  # noqa: E402
 from portkern.train.ppo import PHASES, Agent, _grad_fn  # noqa: E402
-from portkern.train.update import _minibatch_step  # noqa: E402
+from portkern.train.update import AdamState, Minibatch, UpdateRule, _minibatch_step  # noqa: E402
 from portkern.train.stacks import parse_stack  # noqa: E402
 
 from . import train_docs as td  # noqa: E402
@@ -80,8 +80,9 @@ def test_compiled_k2_minibatch_step_equals_two_single_seed_steps(batch: torch_ba
             stats = batch.update_fn(params, m, v, steps, lr, *rollout, perms[call])
         for i, (p1, m1, v1, s1) in enumerate(singles):
             with torch.no_grad():
-                want = _minibatch_step(grad_fn, batch.trained, cfg, (0.9, 0.999), 1e-5, p1, m1, v1, s1, lr,
-                                       *(x[i] for x in rollout), perms[call][i])  # fmt: skip
+                want = _minibatch_step(UpdateRule(grad_fn, batch.trained, cfg, (0.9, 0.999), 1e-5),
+                                       AdamState(p1, m1, v1, s1, lr),
+                                       Minibatch(*(x[i] for x in rollout), perms[call][i]))  # fmt: skip
             torch.testing.assert_close(stats[i], want, rtol=1e-5, atol=1e-5)
             for got, ref in zip((params, m, v), (p1, m1, v1)):
                 for a, b in zip(got, ref):

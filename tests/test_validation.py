@@ -94,7 +94,24 @@ def test_continuous_device_nan_rejected(pendulum, backend):
 
 
 def test_out_of_range_continuous_action_is_clipped_like_gymnasium(pendulum):
-    pendulum.step(np.full((8, 1), 100.0, np.float32))  # finite: accepted, clipped to max_torque
+    """A finite action beyond the bound is accepted and clipped to +-max_torque: the step equals the step with
+    the action pre-clipped, bit for bit, and Gymnasium's Pendulum-v1 stepped from the same state (float64)."""
+    high = np.float32(pendulum.spec.action_high)
+    wild = np.array([100.0, -100.0, 3.0, -2.5, 1.0, -0.5, 1e30, -1e30], np.float32)[:, None]
+    start = pendulum.get_state()
+    got = [np_(x).copy() for x in pendulum.step(wild)]
+    pendulum.set_state(start["state"], start["steps"])
+    want = [np_(x).copy() for x in pendulum.step(np.clip(wild, -high, high))]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    gym = pytest.importorskip("gymnasium")
+    theirs = gym.make("Pendulum-v1").unwrapped
+    theirs.reset(seed=0)
+    for i in range(len(wild)):
+        theirs.state = np.asarray(start["state"][i], dtype=np.float64)
+        obs, reward, *_ = theirs.step(wild[i])
+        np.testing.assert_allclose(got[0][i], obs, rtol=1e-5, atol=1e-5)
+        assert float(got[1][i]) == pytest.approx(reward, rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize(

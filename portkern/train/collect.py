@@ -6,17 +6,27 @@ a few steps at a time as one ``torch.compile`` call, for :class:`portkern.train.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from .. import envs
 from ..backends._torch_ops import put_row, step_fn
 from ..backends.torch_compile import _renamed
-from .ppo import Agent, PhaseTimer, compile_template, most_dividing
+from .ppo import Agent, PhaseTimer, Storage, compile_template, most_dividing
 
 if TYPE_CHECKING:
-    from .stacks import Storage, TorchStack
+    from ..backends.torch import TorchBackend
+    from ..step import VectorEnv
+
+
+class TorchEnvStack(Protocol):
+    """What :class:`CompiledCollect` reads of a torch stack (:class:`portkern.train.stacks.TorchStack`, which
+    builds on this module, so it is named here by what it has rather than imported): its env and backend."""
+
+    env: VectorEnv
+    backend: TorchBackend
+
 
 #: (what fixes a compiled collection step's graph) -> that step compiled; one per process, like ppo's updates.
 _COLLECT_STEPS: dict = {}
@@ -141,7 +151,7 @@ class CompiledCollect:
     template agent (the parameters, env buffers and storage are arguments), and reused by every run.
     """
 
-    def __init__(self, stack: TorchStack, agent: Agent, store: Storage) -> None:
+    def __init__(self, stack: TorchEnvStack, agent: Agent, store: Storage) -> None:
         env, b = stack.env, stack.backend
         spec, bufs = env.spec, env._bufs
         self.env, self.store, self.agent, self.bufs = env, store, agent, bufs

@@ -229,6 +229,87 @@ def compact(state: dict, keep: list[int], where: Any) -> dict:
     return jax.device_put(jax.tree_util.tree_map(lambda x: np.asarray(x)[keep], jax.device_get(state)), where)
 
 
+@dataclass
+class _SeedRun:
+    """One seed of a K-seed batch: where and when it trained, and its books, from which its record is made."""
+
+    seed: int
+    #: The slot that trains it: the first K seeds' own, a refill's the slot it took.
+    slot: int
+    #: When it got its slot (its own clock: curve, time budget), and when its slot let it go (the end of the chunk
+    #: in which it finished).
+    started: float
+    ended: float
+    curve: list[list[Any]] = dataclasses.field(default_factory=list)
+    #: The last solve_window finished returns, in finishing order.
+    recent: list[float] = dataclasses.field(default_factory=list)
+    losses: tuple[float, ...] = (math.nan,) * 4
+    episodes: int = 0
+    updates: int = 0
+    #: Why it stopped ("converged", "step budget", "time budget"); None while it trains.
+    stop: str | None = None
+
+    def book(self, task: TaskConfig, out: dict, slot: int, j: int, elapsed: float) -> None:
+        """Update ``j`` of a chunk's outputs ``out``, which ``slot`` ran for this seed, booked as the single-seed
+        loop books an update (``ppo.record_update``); sets :attr:`stop` where the run ends there."""
+        from .ppo import record_update
+
+        self.updates += 1
+        u, w = self.updates, task.ppo.solve_window
+        total, n_new = int(out["finished"][slot, j]), int(out["episodes"][slot, j])
+        self.episodes = total
+        self.recent = _recent(out["ring"][slot, j], total, w)
+        self.losses = tuple(float(x) for x in out["losses"][slot, j])
+        this = float(out["return_sum"][slot, j]) / n_new if n_new else math.nan
+        end = record_update(task, self.curve, u, u * task.ppo.batch_size, elapsed, self.recent, this, None)
+        if end is None and u >= task.num_updates:
+            end = "step budget"
+        self.stop = end
+
+
+def _book_chunk(task: TaskConfig, holder: list[_SeedRun | None], out: dict, chunk: int, t0: float,
+                t1: float) -> int:  # fmt: skip
+    """Book a chunk's updates (run from ``t0`` to ``t1``) for each slot's seed, up to the update at which it
+    stopped; the updates of the chunk booked by some slot (a padded last chunk's surplus is not)."""
+    last = 0
+    for slot, run in enumerate(holder):
+        if run is None:
+            continue
+        for j in range(chunk):
+            if run.stop is not None:  # finished earlier in this chunk: the slot's later updates are not booked
+                break
+            last = max(last, j + 1)
+            run.book(task, out, slot, j, (t0 - run.started) + (t1 - t0) * (j + 1) / chunk)  # pro-rated in the chunk
+    return last
+
+
+def _free_slots(holder: list[_SeedRun | None], waiting: list[_SeedRun], t1: float, t2: float) -> list[int]:
+    """Let the stopped seeds go (at ``t1``, the chunk's end) and give each freed slot the next waiting seed (at
+    ``t2``) while any wait; the slots that took one."""
+    taken = []
+    for slot, run in enumerate(holder):
+        if run is not None and run.stop is not None:
+            run.ended = t1
+            holder[slot] = None
+            if waiting:  # the slot takes the next seed: a fresh init, as if it had started there
+                new = holder[slot] = waiting.pop(0)
+                new.slot, new.started = slot, t2
+                taken.append(slot)
+    return taken
+
+
+def _kept_slots(holder: list[_SeedRun | None], sizes: set[int]) -> list[int] | None:
+    """The slots a smaller program keeps (the live ones first) once at most half the slots train and a program of
+    half the slots is among ``sizes``, else None."""
+    live = [slot for slot, run in enumerate(holder) if run is not None and run.stop is None]
+    size = len(holder)
+    while live and size // 2 in sizes and len(live) <= size // 2:
+        size //= 2
+    if not live or size == len(holder):
+        return None
+    return live + [slot for slot in range(len(holder)) if slot not in live][: size - len(live)]
+
+
 def train_batch(task: TaskConfig, spec: Any, seeds: list[int], chunk: int = CHUNK,
                 on_update: Callable[[int, int, float], None] | None = None, *,
                 result_class: type, slots: int | None = None,
@@ -243,7 +324,7 @@ def train_batch(task: TaskConfig, spec: Any, seeds: list[int], chunk: int = CHUN
     :data:`PARALLEL_NOTE` for what the records hold; ``result_class`` is the runner's RunResult."""
     from ..backends.registry import get_backend
     from ..identity import Target, device_info, machine_label
-    from .ppo import PHASES, UPDATE_PARTS, record_update, window_mean
+    from .ppo import PHASES, window_mean
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds: expected distinct seeds, got {seeds!r}")
@@ -255,7 +336,6 @@ def train_batch(task: TaskConfig, spec: Any, seeds: list[int], chunk: int = CHUN
         raise ValueError(f"slots: expected an integer from 1 to the {n_seeds} seed(s), got {slots!r}")
     jax = _jax()
     cfg, st = task.ppo, Static.of(task)
-    w, batch, budget = cfg.solve_window, cfg.batch_size, task.num_updates
     seconds = {**dict.fromkeys(PHASES, 0.0), "fused": 0.0}
     t_start = time.perf_counter()
     b = get_backend("jax", spec.device)
@@ -265,111 +345,101 @@ def train_batch(task: TaskConfig, spec: Any, seeds: list[int], chunk: int = CHUN
     jax.block_until_ready(state)
     seconds["setup"] = time.perf_counter() - t_start
     identity = device_info(b, Target(b.name, b.device_name), machine_label())
-    curves: list[list[list[float]]] = [[] for _ in seeds]
-    recents: list[list[float]] = [[] for _ in seeds]
-    losses: list[tuple[float, ...]] = [(math.nan,) * 4 for _ in seeds]
-    episodes, updates = [0] * n_seeds, [0] * n_seeds
-    slot_of = [min(i, k - 1) for i in range(n_seeds)]  # the first K seeds' slots; a refill sets its seed's
-    started = [t_start] * n_seeds  # when each seed got its slot (its own clock: curve, time budget)
-    ended = [t_start] * n_seeds  # when its slot let it go (end of the chunk in which it finished)
-    stop: dict[int, str] = {}  # seed index -> why it stopped ("converged", "step budget", "time budget")
-    holder: list[int | None] = list(range(k))  # slot -> index of the seed it trains, None once the list is out
-    nxt, ran, booked = k, 0, 0
+    runs = [_SeedRun(seed, min(i, k - 1), t_start, t_start) for i, seed in enumerate(seeds)]
+    holder: list[_SeedRun | None] = list(runs[:k])  # slot -> the seed it trains, None once the list is out
+    waiting = list(runs[k:])
+    ran = booked = 0
     # Program sizes the batch may shrink to once the list is out (each primed by prime_parallel), and when it did.
     sizes = set(program_sizes(k, n_seeds, spread) if shrink else [k])
     shrunk: list[list[int]] = []
-    while any(i is not None and i not in stop for i in holder):
-        lrs = np.stack([_lrs(cfg, updates[i] + 1, chunk, budget) if i is not None else np.zeros(chunk, np.float32)
-                        for i in holder])  # fmt: skip
+    while any(run is not None and run.stop is None for run in holder):
+        lrs = np.stack([_lrs(cfg, run.updates + 1, chunk, task.num_updates) if run is not None
+                        else np.zeros(chunk, np.float32) for run in holder])  # fmt: skip
         t0 = time.perf_counter()
         state, out = program(state, lrs)
         jax.block_until_ready(out)
         t1 = time.perf_counter()
         out = jax.device_get(out)
-        last = 0  # updates of this chunk booked by some slot (a padded last chunk's surplus is not)
-        for slot, i in enumerate(holder):
-            if i is None:
-                continue
-            for j in range(chunk):
-                if i in stop:  # finished earlier in this chunk: the slot's later updates are not booked
-                    break
-                last = max(last, j + 1)
-                updates[i] += 1
-                u = updates[i]
-                elapsed = (t0 - started[i]) + (t1 - t0) * (j + 1) / chunk  # pro-rated inside the chunk
-                total, n_new = int(out["finished"][slot, j]), int(out["episodes"][slot, j])
-                episodes[i] = total
-                recents[i] = _recent(out["ring"][slot, j], total, w)
-                losses[i] = tuple(float(x) for x in out["losses"][slot, j])
-                this = float(out["return_sum"][slot, j]) / n_new if n_new else math.nan
-                end = record_update(task, curves[i], u, u * batch, elapsed, recents[i], this, None)
-                if end is None and u >= budget:
-                    end = "step budget"
-                if end is not None:
-                    stop[i] = end
-        booked, ran = ran + last, ran + chunk
+        booked, ran = ran + _book_chunk(task, holder, out, chunk, t0, t1), ran + chunk
         seconds["fused"] += t1 - t0
         t2 = time.perf_counter()
         seconds["other"] += t2 - t1
-        rows = {}
-        for slot, i in enumerate(holder):
-            if i is not None and i in stop:
-                ended[i] = t1
-                holder[slot] = None
-                if nxt < n_seeds:  # the slot takes the next seed: a fresh init, as if it had started there
-                    holder[slot], slot_of[nxt], started[nxt] = nxt, slot, t2
-                    rows[slot] = init_state(st, seeds[nxt])
-                    nxt += 1
-        if rows:
-            state = refill(state, rows, where)
+        taken = _free_slots(holder, waiting, t1, t2)
+        if taken:
+            state = refill(state, {slot: init_state(st, holder[slot].seed) for slot in taken}, where)
             jax.block_until_ready(state)
             seconds["setup"] += time.perf_counter() - t2
-        live = [slot for slot, i in enumerate(holder) if i is not None and i not in stop]
-        size = len(holder)
-        while live and size // 2 in sizes and len(live) <= size // 2:
-            size //= 2
-        if live and size < len(holder):  # the list is out, half the slots idle: the live go on in a smaller program
+        keep = _kept_slots(holder, sizes)
+        if keep is not None:  # the list is out, half the slots idle: the live go on in a smaller program
             t3 = time.perf_counter()
-            keep = live + [slot for slot in range(len(holder)) if slot not in live][: size - len(live)]
-            where = _placement(b.device, size)[0]
+            where = _placement(b.device, len(keep))[0]
             state = compact(state, keep, where)
             jax.block_until_ready(state)
             holder = [holder[slot] for slot in keep]
-            shrunk.append([ran, size])
+            shrunk.append([ran, len(keep)])
             seconds["other"] += time.perf_counter() - t3
         if on_update is not None:
-            pending = [window_mean(recents[i]) for i in range(n_seeds) if i not in stop]
-            on_update(sum(updates) * batch, n_seeds * budget * batch, min(pending) if pending else math.nan)
-    wall = time.perf_counter() - t_start
-    n_conv = sum(why == "converged" for why in stop.values())
+            pending = [window_mean(run.recent) for run in runs if run.stop is None]
+            on_update(sum(run.updates for run in runs) * cfg.batch_size, n_seeds * task.num_updates * cfg.batch_size,
+                      min(pending) if pending else math.nan)  # fmt: skip
+    batch = _BatchRun(k, chunk, booked, spread, shrunk, t_start, time.perf_counter() - t_start, seconds, identity,
+                      b.describe()["jax_device"])  # fmt: skip
+    return _records(task, spec, runs, batch, result_class), identity
+
+
+@dataclass
+class _BatchRun:
+    """What a finished K-seed batch ran and measured as a whole (every seed's record carries it)."""
+
+    k: int
+    chunk: int
+    #: Updates of the batch's programs booked by some slot.
+    booked: int
+    spread: int
+    shrunk: list[list[int]]
+    t_start: float
+    wall: float
+    seconds: dict[str, float]
+    identity: dict[str, Any]
+    agent_device: str
+
+
+def _records(task: TaskConfig, spec: Any, runs: list[_SeedRun], batch: _BatchRun, result_class: type) -> list[Any]:
+    """One record per seed of a finished batch."""
+    from .ppo import UPDATE_PARTS, window_mean
+
+    k, chunk, wall, identity = batch.k, batch.chunk, batch.wall, batch.identity
+    size, budget, refilled = task.ppo.batch_size, task.num_updates, k < len(runs)
+    n_conv = sum(run.stop == "converged" for run in runs)
     per_policy = round(wall / n_conv, 6) if n_conv else None
     label = batch_label(spec.label, k)
     results = []
-    for i, seed in enumerate(seeds):
-        conv = stop[i] == "converged"
+    for run in runs:
+        conv = run.stop == "converged"
         # Updates its slot ran for it: to the end of the chunk in which it finished (those past its last booked
         # update are trained, not booked: it is off the books once it converged or ran out of budget).
-        held = -(-updates[i] // chunk) * chunk if k < n_seeds else booked
-        steps = min(held, budget) * batch
+        held = -(-run.updates // chunk) * chunk if refilled else batch.booked
+        steps = min(held, budget) * size
         results.append(_batch_result_class(result_class)(
             task=task.env_id, stack=label, mode=spec.mode, backend="jax", device_key=identity["device_key"],
-            hardware_key=identity["hardware_key"], agent_device=b.describe()["jax_device"], seed=seed,
-            converged=conv, stop_reason=stop[i], env_steps=steps,
-            steps_to_converge=updates[i] * batch if conv else None, updates=updates[i], wall_s=round(wall, 6),
+            hardware_key=identity["hardware_key"], agent_device=batch.agent_device, seed=run.seed,
+            converged=conv, stop_reason=run.stop, env_steps=steps,
+            steps_to_converge=run.updates * size if conv else None, updates=run.updates, wall_s=round(wall, 6),
             device_hours=per_policy / 3600 if conv and per_policy else None,
-            steps_per_s=steps / max(ended[i] - started[i], 1e-9) if k < n_seeds else steps / wall,
-            final_return=window_mean(recents[i]), episodes=episodes[i],
-            phases={kk: round(v, 6) for kk, v in seconds.items()}, update_parts=dict.fromkeys(UPDATE_PARTS, 0.0),
-            untimed_s=round(wall - sum(seconds.values()), 6), compile_s=0.0,
-            losses=dict(zip(("pg", "v", "entropy", "approx_kl"), losses[i])),
-            losses_finite=all(math.isfinite(x) for x in losses[i]), curve=curves[i],
+            steps_per_s=steps / max(run.ended - run.started, 1e-9) if refilled else steps / wall,
+            final_return=window_mean(run.recent), episodes=run.episodes,
+            phases={kk: round(v, 6) for kk, v in batch.seconds.items()}, update_parts=dict.fromkeys(UPDATE_PARTS, 0.0),
+            untimed_s=round(wall - sum(batch.seconds.values()), 6), compile_s=0.0,
+            losses=dict(zip(("pg", "v", "entropy", "approx_kl"), run.losses)),
+            losses_finite=all(math.isfinite(x) for x in run.losses), curve=run.curve,
             device_seconds_per_policy=per_policy if conv else None, parallel_seeds=k,
-            phase_note=PARALLEL_NOTE, batch_seeds=list(seeds), batch_updates=booked, chunk_updates=chunk,
-            converged_at_s=round(started[i] - t_start + curves[i][-1][2], 4) if conv else None,
-            spread_over=spread, refill=k < n_seeds, shrunk=shrunk, slot=slot_of[i],
-            started_at_s=round(started[i] - t_start, 4),
+            phase_note=PARALLEL_NOTE, batch_seeds=[r.seed for r in runs], batch_updates=batch.booked,
+            chunk_updates=chunk,
+            converged_at_s=round(run.started - batch.t_start + run.curve[-1][2], 4) if conv else None,
+            spread_over=batch.spread, refill=refilled, shrunk=batch.shrunk, slot=run.slot,
+            started_at_s=round(run.started - batch.t_start, 4),
         ))  # fmt: skip
-    return results, identity
+    return results
 
 
 def batch_label(label: str, k: int) -> str:

@@ -1,11 +1,13 @@
-"""The measurement instrument: CleanRL's PPO (PyTorch), its agent, and a phase timer with device synchronisation."""
+"""The measurement instrument: CleanRL's PPO (PyTorch), its agent and rollout storage, and a phase timer with
+device synchronisation."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -14,9 +16,6 @@ from torch.distributions import Categorical, Independent, Normal
 
 from ..policy import MLPPolicy
 from .config import PPOConfig, TaskConfig
-
-if TYPE_CHECKING:
-    from .update import CompiledUpdate
 
 #: Phases of one training run, in the order a training step passes them. Every one is timed on its own
 #: (each ends with a device synchronise), so their sum is the wall time up to the untimed gaps between them.
@@ -166,6 +165,31 @@ def compile_template(agent: Agent, device: torch.device) -> Agent:
     return agent
 
 
+@dataclasses.dataclass
+class Storage:
+    """One rollout on the agent's device, time-major [T, N, ...]."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    final_obs: torch.Tensor
+
+    @classmethod
+    def zeros(cls, T: int, N: int, D: int, discrete: bool, device: torch.device, action_dim: int = 1) -> Storage:
+        f = dict(device=device)
+        a_shape = (T, N) if action_dim == 1 else (T, N, action_dim)  # a Box of several components: [T, N, A]
+        return cls(
+            obs=torch.zeros((T, N, D), **f), actions=torch.zeros(a_shape, dtype=torch.long if discrete else torch.float32, **f),
+            logprobs=torch.zeros((T, N), **f), values=torch.zeros((T, N), **f), rewards=torch.zeros((T, N), **f),
+            terminated=torch.zeros((T, N), dtype=torch.bool, **f), truncated=torch.zeros((T, N), dtype=torch.bool, **f),
+            final_obs=torch.zeros((T, N, D), **f),
+        )  # fmt: skip
+
+
 def torch_gae(
     rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminated: torch.Tensor,
     truncated: torch.Tensor, gamma: float, lam: float,
@@ -262,6 +286,22 @@ def _grad_fn(agent: Agent, cfg: PPOConfig) -> Callable[..., Any]:
     return grad(functional_loss(agent, cfg), has_aux=True)
 
 
+class MinibatchUpdate(Protocol):
+    """What :func:`ppo_update` runs its minibatches with instead of the eager path: a compiled update
+    (:class:`portkern.train.update.CompiledUpdate`, which builds on this module, so it is named here by what it
+    does rather than imported)."""
+
+    #: Minibatches per :meth:`step` call, in order across the epochs.
+    per_call: int
+
+    def calls(self, optimizer: torch.optim.Optimizer) -> AbstractContextManager[None]:
+        """The context one update's :meth:`step` calls run in."""
+
+    def step(self, optimizer: torch.optim.Optimizer, *rollout: torch.Tensor) -> torch.Tensor:
+        """:attr:`per_call` minibatches of the six flattened rollout tensors at the rows of the last argument;
+        the last one's loss stats ``[pg, v, entropy, approx_kl]``."""
+
+
 def ppo_update(
     agent: Agent,
     optimizer: torch.optim.Optimizer,
@@ -273,7 +313,7 @@ def ppo_update(
     b_values: torch.Tensor,
     b_advantages: torch.Tensor,
     b_returns: torch.Tensor,
-    compiled: CompiledUpdate | None = None,
+    compiled: MinibatchUpdate | None = None,
 ) -> tuple[float, float, float, float]:
     """CleanRL's clipped-objective epochs over shuffled minibatches: ``(pg, v, entropy, approx_kl)``; with
     ``compiled``, each minibatch (gather and normalisation included, so the update parts are not timed apart)

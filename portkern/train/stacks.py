@@ -44,7 +44,7 @@ from ..backends import Backend, get_backend
 from ..identity import Target, device_info, machine_label
 from .collect import CompiledCollect
 from .config import TaskConfig
-from .ppo import Agent, PhaseTimer, torch_gae
+from .ppo import Agent, PhaseTimer, Storage, torch_gae
 
 TORCH_BACKENDS = ("torch", "torch_compile")
 #: Stack-name suffixes: the PPO update compiled (the default of every torch-agent stack), or eager.
@@ -119,31 +119,6 @@ def parse_stack(text: str) -> StackSpec:
                              f"stack); use {base!r}")  # fmt: skip
         return StackSpec(name, base, "resident", device, compiled_update=True, compiled_act=True)
     return StackSpec(name, base, "fused" if plus else "step", device, compiled_update=True)
-
-
-@dataclasses.dataclass
-class Storage:
-    """One rollout on the agent's device, time-major [T, N, ...]."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    rewards: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    final_obs: torch.Tensor
-
-    @classmethod
-    def zeros(cls, T: int, N: int, D: int, discrete: bool, device: torch.device, action_dim: int = 1) -> Storage:
-        f = dict(device=device)
-        a_shape = (T, N) if action_dim == 1 else (T, N, action_dim)  # a Box of several components: [T, N, A]
-        return cls(
-            obs=torch.zeros((T, N, D), **f), actions=torch.zeros(a_shape, dtype=torch.long if discrete else torch.float32, **f),
-            logprobs=torch.zeros((T, N), **f), values=torch.zeros((T, N), **f), rewards=torch.zeros((T, N), **f),
-            terminated=torch.zeros((T, N), dtype=torch.bool, **f), truncated=torch.zeros((T, N), dtype=torch.bool, **f),
-            final_obs=torch.zeros((T, N, D), **f),
-        )  # fmt: skip
 
 
 class Stack:

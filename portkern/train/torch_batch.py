@@ -42,8 +42,8 @@ from ..backends._torch_ops import put_row
 from .config import TaskConfig
 from .jax_batch import batch_label
 from .ppo import (COMPILED_PARTS_NOTE, UPDATE_PARTS, Agent, PhaseTimer, _grad_fn, actor_critic, compile_template,
-                  record_update, sample_categorical, window_mean)  # fmt: skip
-from .update import _adam_step, _minibatch_grads
+                  Storage, record_update, sample_categorical, window_mean)  # fmt: skip
+from .update import AdamState, Minibatch, UpdateRule, _adam_step, _minibatch_grads
 
 #: What a batch record says about its phases and its convergence (the runner's JSON carries it per run).
 PARALLEL_NOTE = (
@@ -147,16 +147,16 @@ def _collect_step(template: Agent, names: tuple[str, ...], k: int, discrete: boo
     _step(spec, next_step, max_steps, action.to(torch.int32) if discrete else action, *env_args)
 
 
-def _update_step(grad_fn: Callable[..., Any], names: tuple[str, ...], cfg: Any, betas: tuple[float, float],
-                 eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor],
-                 steps: list[torch.Tensor], lr: torch.Tensor, *rollout: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def _update_step(rule: UpdateRule, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
+                 exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
+                 *minibatch: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """One minibatch for K seeds: ``vmap`` of :func:`update._minibatch_grads` over the stacked parameters, the
     per-seed rollouts ``[K, B, ...]`` and row indices ``[K, mb]`` (each seed clipped by its own gradient norm),
     then one Adam step on the stacked tensors; the loss stats ``[K, 4]``."""
     from torch.func import vmap
 
-    grads, stats = vmap(functools.partial(_minibatch_grads, grad_fn, names, cfg))(params, *rollout)
-    _adam_step(betas, eps, params, grads, exp_avg, exp_avg_sq, steps, lr)
+    grads, stats = vmap(functools.partial(_minibatch_grads, rule))(params, Minibatch(*minibatch))
+    _adam_step(rule, AdamState(params, exp_avg, exp_avg_sq, steps, lr), grads)
     return stats
 
 
@@ -180,7 +180,6 @@ class _Batch:
 
         from .. import envs, step
         from ..backends import _torch_ops as ops
-        from .stacks import Storage
 
         cfg = task.ppo
         self.task, self.spec, self.seeds, self.k = task, spec, list(seeds), len(seeds)
@@ -238,7 +237,7 @@ class _Batch:
         self.update_key = ("update", *shape)
         if self.update_key not in _UPDATE:
             betas, eps = (0.9, 0.999), 1e-5  # ppo.make_optimizer's Adam
-            fn = _own_code(_update_step, _grad_fn(self.template, cfg), self.trained, cfg, betas, eps,
+            fn = _own_code(_update_step, UpdateRule(_grad_fn(self.template, cfg), self.trained, cfg, betas, eps),
                            name=f"pk_batch_update_{k}_{len(_UPDATE)}")  # fmt: skip
             # As update.CompiledUpdate: CUDA graphs on a GPU, Inductor's C++ wrapper on a CPU.
             opts = dict(mode="reduce-overhead") if device.type == "cuda" else dict(options={"cpp_wrapper": True})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,75 +16,109 @@ from .config import PPOConfig
 from .ppo import Agent, _grad_fn, compile_template, most_dividing
 
 
-def _minibatch_step(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, betas: tuple[float, float],
-                    eps: float, params: list[torch.Tensor], exp_avg: list[torch.Tensor],
-                    exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor], lr: torch.Tensor,
-                    b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
-                    b_adv: torch.Tensor, b_ret: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:  # fmt: skip
+class UpdateRule(NamedTuple):
+    """What stays fixed across a PPO update's minibatches: the loss gradient as a functional transform
+    (``ppo._grad_fn``), the trained parameters' names in order, the PPO config, Adam's betas and eps, and, where
+    the parameters come as one flat tensor, each one's ``(offset, numel, shape)`` in it."""
+
+    grad_fn: Callable[..., Any]
+    names: Sequence[str]
+    cfg: PPOConfig
+    betas: tuple[float, float]
+    eps: float
+    layout: Sequence[tuple[int, int, torch.Size]] = ()
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """The parameters as views of ``flat`` at :attr:`layout`."""
+        return [flat[o : o + n].view(shape) for o, n, shape in self.layout]
+
+
+class AdamState(NamedTuple):
+    """The parameters and ``torch.optim.Adam``'s state that an update changes in place: per-parameter lists (the
+    reference step, the K-seed update's stacked tensors), or one flat tensor each (:class:`CompiledUpdate`: the
+    step counts one per parameter); the learning rate as a tensor (annealing does not recompile)."""
+
+    params: Any
+    exp_avg: Any
+    exp_avg_sq: Any
+    steps: Any
+    lr: torch.Tensor
+
+
+class Minibatch(NamedTuple):
+    """Minibatches of a flattened rollout: its six tensors and the row indices to gather, ``[rows]`` for one
+    minibatch or ``[minibatches, rows]`` for several run one after the other."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    values: torch.Tensor
+    adv: torch.Tensor
+    ret: torch.Tensor
+    rows: torch.Tensor
+
+
+def _minibatch_step(rule: UpdateRule, adam: AdamState, mb: Minibatch) -> torch.Tensor:
     """One PPO minibatch on per-parameter tensors: the clipped gradient (:func:`_minibatch_grads`) and an Adam
-    step (:func:`_adam_step`), updating ``params``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` in place; the loss
-    stats. The reference the K-seed update (:mod:`portkern.train.torch_batch`) is tested against."""
-    grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv, b_ret,
-                                    perm)  # fmt: skip
-    _adam_step(betas, eps, params, grads, exp_avg, exp_avg_sq, steps, lr)
+    step (:func:`_adam_step`), updating ``adam``'s tensors in place; the loss stats. The reference the K-seed
+    update (:mod:`portkern.train.torch_batch`) is tested against."""
+    grads, stats = _minibatch_grads(rule, adam.params, mb)
+    _adam_step(rule, adam, grads)
     return stats
 
 
-def _minibatch_steps(grad_fn: Callable[..., Any], names: Sequence[str], layout: Sequence[tuple[int, int, torch.Size]],
-                     cfg: PPOConfig, betas: tuple[float, float], eps: float, flat: torch.Tensor,
-                     exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: torch.Tensor, lr: torch.Tensor,
-                     b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
-                     b_adv: torch.Tensor, b_ret: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """What :class:`CompiledUpdate` compiles: ``perms.shape[0]`` minibatches one after the other (row indices
-    ``perms[i]``), each the clipped gradient (:func:`_minibatch_grads`) and an Adam step on the parameters and
+def _minibatch_steps(rule: UpdateRule, adam: AdamState, mb: Minibatch) -> torch.Tensor:
+    """What :class:`CompiledUpdate` compiles: ``mb.rows.shape[0]`` minibatches one after the other (row indices
+    ``mb.rows[i]``), each the clipped gradient (:func:`_minibatch_grads`) and an Adam step on the parameters and
     state the one before left. The parameters, the Adam moments and the step counts come flat (one tensor each,
-    the parameters at ``layout``'s ``(offset, numel, shape)``; the agent's parameters and the optimizer's state are
-    views of them), so the step is one elementwise pass over each and a call takes five state tensors, not four per
-    parameter. The last minibatch's loss stats."""
+    the parameters at ``rule.layout``; the agent's parameters and the optimizer's state are views of them), so the
+    step is one elementwise pass over each and a call takes five state tensors, not four per parameter. The last
+    minibatch's loss stats."""
     stats = None
-    for i in range(perms.shape[0]):
-        params = [flat[o : o + n].view(shape) for o, n, shape in layout]
-        grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv,
-                                        b_ret, perms[i])  # fmt: skip
-        steps += 1
-        _adam_apply(betas, eps, [flat], [torch.cat([g.reshape(-1) for g in grads])], [exp_avg], [exp_avg_sq],
-                    steps[0], lr)  # fmt: skip
+    for i in range(mb.rows.shape[0]):
+        grads, stats = _minibatch_grads(rule, rule.views(adam.params), mb._replace(rows=mb.rows[i]))
+        adam.steps.add_(1)
+        _adam_flat(rule, adam, grads)
     return stats
 
 
-def _minibatch_loop(grad_fn: Callable[..., Any], names: Sequence[str], layout: Sequence[tuple[int, int, torch.Size]],
-                    cfg: PPOConfig, betas: tuple[float, float], eps: float, flat: torch.Tensor,
-                    exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: torch.Tensor, lr: torch.Tensor,
-                    b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
-                    b_adv: torch.Tensor, b_ret: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def _minibatch_loop(rule: UpdateRule, adam: AdamState, mb: Minibatch) -> torch.Tensor:
     """:func:`_minibatch_steps` with the minibatches as a ``while_loop`` (torch's control-flow operator) instead of
     unrolled: one minibatch is compiled once and the loop runs in the compiled code, so a whole update (every
-    epoch's minibatches, ``perms`` [epochs x minibatches, rows]) is one call at one minibatch's cold compile. The
-    loop carries the parameters, moments and counts as values (its body cannot update its inputs in place),
-    written back into ``flat``, ``exp_avg``, ``exp_avg_sq`` and ``steps`` at the end; the Adam step is
-    :func:`_adam_apply` on the body's own copies."""
+    epoch's minibatches, ``mb.rows`` [epochs x minibatches, rows]) is one call at one minibatch's cold compile.
+    The loop carries the parameters, moments and counts as values (its body cannot update its inputs in place),
+    written back into ``adam``'s flat tensors at the end; the Adam step is :func:`_adam_apply` on the body's own
+    copies."""
     from torch._higher_order_ops.while_loop import while_loop
 
+    rows = mb.rows
+
     def cond(i, flat, m, v, steps, stats):  # while_loop passes the carried values
-        return i < perms.shape[0]
+        return i < rows.shape[0]
 
     def body(i, flat, m, v, steps, stats):
-        params = [flat[o : o + n].view(shape) for o, n, shape in layout]
-        perm = perms.index_select(0, i.reshape(1)).reshape(-1)
-        grads, stats = _minibatch_grads(grad_fn, names, cfg, params, b_obs, b_actions, b_logp, b_values, b_adv,
-                                        b_ret, perm)  # fmt: skip
-        flat, m, v, steps = flat.clone(), m.clone(), v.clone(), steps + 1  # a body may not update its inputs
-        _adam_apply(betas, eps, [flat], [torch.cat([x.reshape(-1) for x in grads])], [m], [v], steps[0], lr)
-        return i + 1, flat, m, v, steps, stats
+        perm = rows.index_select(0, i.reshape(1)).reshape(-1)
+        grads, stats = _minibatch_grads(rule, rule.views(flat), mb._replace(rows=perm))
+        # a body may not update its inputs
+        state = AdamState(flat.clone(), m.clone(), v.clone(), steps + 1, adam.lr)
+        _adam_flat(rule, state, grads)
+        return i + 1, state.params, state.exp_avg, state.exp_avg_sq, state.steps, stats
 
-    start = (torch.zeros((), dtype=torch.long, device=flat.device), flat, exp_avg, exp_avg_sq, steps,
+    flat = adam.params
+    start = (torch.zeros((), dtype=torch.long, device=flat.device), flat, adam.exp_avg, adam.exp_avg_sq, adam.steps,
              torch.zeros(4, dtype=flat.dtype, device=flat.device))  # fmt: skip
-    _, new_flat, m, v, new_steps, stats = while_loop(cond, body, start)
-    flat.copy_(new_flat)
-    exp_avg.copy_(m)
-    exp_avg_sq.copy_(v)
-    steps.copy_(new_steps)
+    _, *carried, stats = while_loop(cond, body, start)
+    for dst, src in zip(adam[:4], carried):
+        dst.copy_(src)
     return stats
+
+
+def _on_records(body: Callable[[UpdateRule, AdamState, Minibatch], torch.Tensor], rule: UpdateRule,
+                flat: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: torch.Tensor,
+                lr: torch.Tensor, *minibatch: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``body`` on the records, from what a compiled call takes: the five state tensors, then the six rollout
+    tensors and the row indices, each a tensor argument of its own (what Dynamo guards on and CUDA graphs copy)."""
+    return body(rule, AdamState(flat, exp_avg, exp_avg_sq, steps, lr), Minibatch(*minibatch))
 
 
 #: Rows per unrolled compiled update call (``CompiledUpdate(loop=False)``, CUDA's default) up to which minibatches
@@ -107,48 +141,50 @@ def minibatches_per_call(cfg: PPOConfig, batch: int) -> int:
     return most_dividing(cfg.num_minibatches, min(MAX_MINIBATCHES_PER_CALL, ROWS_PER_CALL // rows))
 
 
-def _minibatch_grads(grad_fn: Callable[..., Any], names: Sequence[str], cfg: PPOConfig, params: list[torch.Tensor],
-                     b_obs: torch.Tensor, b_actions: torch.Tensor, b_logp: torch.Tensor, b_values: torch.Tensor,
-                     b_adv: torch.Tensor, b_ret: torch.Tensor,
-                     perm: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:  # fmt: skip
-    """A minibatch's gradient, clipped: gather rows ``perm`` of the flattened rollout, normalise the advantages,
-    loss and gradient (``grad_fn``), and the gradients scaled as ``nn.utils.clip_grad_norm_`` scales them; (the
-    gradients in ``names`` order, the loss stats). Pure, so ``torch.func.vmap`` maps it over K seeds' stacked
-    parameters and rollouts (:mod:`portkern.train.torch_batch`), each seed clipped by its own norm."""
-    obs, actions, old_logp = b_obs[perm], b_actions[perm], b_logp[perm]
-    old_v, mb_adv, mb_ret = b_values[perm], b_adv[perm], b_ret[perm]
+def _minibatch_grads(rule: UpdateRule, params: list[torch.Tensor],
+                     mb: Minibatch) -> tuple[list[torch.Tensor], torch.Tensor]:  # fmt: skip
+    """A minibatch's gradient, clipped: gather rows ``mb.rows`` of the flattened rollout, normalise the advantages,
+    loss and gradient (``rule.grad_fn``), and the gradients scaled as ``nn.utils.clip_grad_norm_`` scales them;
+    (the gradients in ``rule.names`` order, the loss stats). Pure, so ``torch.func.vmap`` maps it over K seeds'
+    stacked parameters and rollouts (:mod:`portkern.train.torch_batch`), each seed clipped by its own norm."""
+    cfg, perm = rule.cfg, mb.rows
+    obs, actions, old_logp = mb.obs[perm], mb.actions[perm], mb.logp[perm]
+    old_v, mb_adv, mb_ret = mb.values[perm], mb.adv[perm], mb.ret[perm]
     if cfg.norm_adv:
         mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-    grads, stats = grad_fn(dict(zip(names, params)), obs, actions, old_logp, old_v, mb_adv, mb_ret)
-    grads = [grads[n] for n in names]
+    grads, stats = rule.grad_fn(dict(zip(rule.names, params)), obs, actions, old_logp, old_v, mb_adv, mb_ret)
+    grads = [grads[n] for n in rule.names]
     # nn.utils.clip_grad_norm_: the 2-norm of the per-tensor 2-norms, scale min(max_norm / (norm + 1e-6), 1).
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2) for g in grads]), 2)
     scale = torch.clamp(cfg.max_grad_norm / (total + 1e-6), max=1.0)
     return [g * scale for g in grads], stats
 
 
-def _adam_step(betas: tuple[float, float], eps: float, params: list[torch.Tensor], grads: list[torch.Tensor],
-               exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor], steps: list[torch.Tensor],
-               lr: torch.Tensor) -> None:  # fmt: skip
-    """torch.optim.Adam's single-tensor step, in place, with the step count and lr as tensors so neither
-    recompiles (the parameters step together: the first one's count is every one's). Elementwise, so on K seeds'
-    stacked parameters it is K independent optimizers at one lr."""
-    for s in steps:
+def _adam_step(rule: UpdateRule, adam: AdamState, grads: list[torch.Tensor]) -> None:
+    """torch.optim.Adam's single-tensor step on per-parameter lists, in place, with the step counts and lr as
+    tensors so neither recompiles (the parameters step together: the first one's count is every one's).
+    Elementwise, so on K seeds' stacked parameters it is K independent optimizers at one lr."""
+    for s in adam.steps:
         s += 1
-    _adam_apply(betas, eps, params, grads, exp_avg, exp_avg_sq, steps[0], lr)
+    _adam_apply(rule, adam, grads, adam.steps[0])
 
 
-def _adam_apply(betas: tuple[float, float], eps: float, params: list[torch.Tensor], grads: list[torch.Tensor],
-                exp_avg: list[torch.Tensor], exp_avg_sq: list[torch.Tensor], step: torch.Tensor,
-                lr: torch.Tensor) -> None:  # fmt: skip
-    """:func:`_adam_step`'s arithmetic at step count ``step`` (already incremented)."""
-    beta1, beta2 = betas
-    step_size = lr / (1 - beta1**step)
+def _adam_flat(rule: UpdateRule, adam: AdamState, grads: list[torch.Tensor]) -> None:
+    """:func:`_adam_apply` on flat tensors (counts already incremented): the gradients concatenated in the
+    parameters' layout."""
+    one = AdamState([adam.params], [adam.exp_avg], [adam.exp_avg_sq], adam.steps, adam.lr)
+    _adam_apply(rule, one, [torch.cat([g.reshape(-1) for g in grads])], adam.steps[0])
+
+
+def _adam_apply(rule: UpdateRule, adam: AdamState, grads: list[torch.Tensor], step: torch.Tensor) -> None:
+    """:func:`_adam_step`'s arithmetic at step count ``step`` (already incremented), on ``adam``'s lists."""
+    beta1, beta2 = rule.betas
+    step_size = adam.lr / (1 - beta1**step)
     bias_correction2_sqrt = (1 - beta2**step).sqrt()
-    for p, g, m, v in zip(params, grads, exp_avg, exp_avg_sq):
+    for p, g, m, v in zip(adam.params, grads, adam.exp_avg, adam.exp_avg_sq):
         m.lerp_(g, 1 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        p.sub_(step_size * m / (v.sqrt() / bias_correction2_sqrt + eps))
+        p.sub_(step_size * m / (v.sqrt() / bias_correction2_sqrt + rule.eps))
 
 
 def _flat_view(tensors: Sequence[torch.Tensor], layout: Sequence[tuple[int, int, torch.Size]]) -> torch.Tensor | None:
@@ -259,9 +295,9 @@ class CompiledUpdate:
         # each run's agent and fall back to eager after its recompile limit.
         if key not in _COMPILED:
             template = compile_template(Agent(key[0], key[1], key[2], action_dim=key[7]).to(self.device), self.device)
-            fn = functools.partial(_minibatch_loop if self.loop else _minibatch_steps, _grad_fn(template, self.cfg),
-                                   tuple(self.names),
-                                   tuple(self.layout), self.cfg, betas, eps)  # fmt: skip
+            rule = UpdateRule(_grad_fn(template, self.cfg), tuple(self.names), self.cfg, betas, eps,
+                              tuple(self.layout))  # fmt: skip
+            fn = functools.partial(_on_records, _minibatch_loop if self.loop else _minibatch_steps, rule)
             if self.device.type == "cuda":  # CUDA graphs: one launch a step
                 _COMPILED[key] = torch.compile(fn, dynamic=False, mode="reduce-overhead")
             else:  # Inductor's C++ wrapper: the kernel calls without a Python wrapper (1.12x a minibatch, measured)
