@@ -47,7 +47,7 @@ struct PkChain : pk_chain_shape {
                 wi = wi + v[j];
             }
             REAL sn, cs;
-            sincos(phi, &sn, &cs);
+            pk_sincos(phi, &sn, &cs);
             ex[j] = -sn;
             ez[j] = -cs;
             w2[j] = wi * wi;
@@ -151,13 +151,13 @@ struct PkChain : pk_chain_shape {
     // chain.tip: the mean of the links' unit vectors, (x, z) over the reach.
     __device__ static void tip(const REAL q[K], REAL &x, REAL &z) {
         REAL phi = q[0], sn, cs;
-        sincos(phi, &sn, &cs);
+        pk_sincos(phi, &sn, &cs);
         x = -sn;
         z = -cs;
 #pragma unroll
         for (int j = 1; j < K; ++j) {
             phi = phi + q[j];
-            sincos(phi, &sn, &cs);
+            pk_sincos(phi, &sn, &cs);
             x = x - sn;
             z = z - cs;
         }
@@ -188,7 +188,7 @@ struct PkChain : pk_chain_shape {
     __device__ static void observe(const REAL s[D], REAL o[O]) {
 #pragma unroll
         for (int j = 0; j < K; ++j) {
-            sincos(s[j], &o[K + j], &o[j]);  // the obs holds the K cosines, then the K sines
+            pk_sincos(s[j], &o[K + j], &o[j]);  // the obs holds the K cosines, then the K sines
             o[2 * K + j] = s[K + j];
         }
         tip(s, o[3 * K], o[3 * K + 1]);

@@ -34,6 +34,11 @@ __device__ __forceinline__ void pk_philox4x32_10(uint c[4], uint k0, uint k1) {
     }
 }
 
+// sincos of REAL: CUDA overloads sincos for float, HIP does not (it has sincos(double) and sincosf(float)
+// only), so the float build names sincosf itself; the same function CUDA's float overload calls.
+__device__ __forceinline__ void pk_sincos(float x, float *s, float *c) { sincosf(x, s, c); }
+__device__ __forceinline__ void pk_sincos(double x, double *s, double *c) { sincos(x, s, c); }
+
 // uint32 -> [-1, 1): 24 bits are exact in float and double, so both builds equal the reference.
 __device__ __forceinline__ REAL pk_sym(uint b) {
     return (REAL)(b >> 8) * (REAL)(1.0 / 16777216.0) * (REAL)2.0 - (REAL)1.0;

@@ -4,13 +4,13 @@
 
 #define ENV_NAME acrobot
 
-inline void env_reset(RV *s, __global const pk_acrobot_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_acrobot_params *p, pk_bits b)
 {
     pk_reset_sym4(s, p->reset_bound, b);
 }
 
 /* Gymnasium's AcrobotEnv._dsdt with its constant products precomputed on the host (same order). */
-inline void acrobot_dsdt(__global const pk_acrobot_params *p, RV a, const RV *y, RV *dy)
+static inline void acrobot_dsdt(__global const pk_acrobot_params *p, RV a, const RV *y, RV *dy)
 {
     const REAL m2 = p->m2, i2 = p->i2, half_pi = p->half_pi;
     const RV theta1 = y[0], theta2 = y[1], dtheta1 = y[2], dtheta2 = y[3];
@@ -33,7 +33,7 @@ inline void acrobot_dsdt(__global const pk_acrobot_params *p, RV a, const RV *y,
 /* Gymnasium's wrap(): subtract/add the span one at a time (not fmod) so results match bit for bit;
  * each lane loops as long as it needs. The finiteness test keeps an infinite angle from looping
  * forever on the device. */
-inline RV acrobot_wrap(RV x, REAL lo, REAL hi, REAL span)
+static inline RV acrobot_wrap(RV x, REAL lo, REAL hi, REAL span)
 {
     const MV finite = PK_RMASK(PK_IMASK(isfinite(x)) != (IV)(0));
     MV more = finite & (x > hi);
@@ -49,7 +49,7 @@ inline RV acrobot_wrap(RV x, REAL lo, REAL hi, REAL span)
     return x;
 }
 
-inline IV env_physics(RV *s, IV action, __global const pk_acrobot_params *p, RV *reward)
+static inline IV env_physics(RV *s, IV action, __global const pk_acrobot_params *p, RV *reward)
 {
     const REAL dt = p->dt, dt2 = p->dt2, dt6 = p->dt6, pi = p->pi, two_pi = p->two_pi;
     const REAL max_vel_1 = p->max_vel_1, max_vel_2 = p->max_vel_2;
@@ -76,7 +76,7 @@ inline IV env_physics(RV *s, IV action, __global const pk_acrobot_params *p, RV 
     return PK_IMASK(term);
 }
 
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     o[0] = cos(s[0]);
     o[1] = sin(s[0]);

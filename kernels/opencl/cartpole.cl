@@ -4,12 +4,12 @@
 
 #define ENV_NAME cartpole
 
-inline void env_reset(RV *s, __global const pk_cartpole_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_cartpole_params *p, pk_bits b)
 {
     pk_reset_sym4(s, p->reset_bound, b);
 }
 
-inline IV env_physics(RV *s, IV action, __global const pk_cartpole_params *p, RV *reward)
+static inline IV env_physics(RV *s, IV action, __global const pk_cartpole_params *p, RV *reward)
 {
     const REAL total_mass = p->total_mass, polemass_length = p->polemass_length, tau = p->tau;
     const REAL force_mag = p->force_mag, x_thr = p->x_threshold, th_thr = p->theta_threshold_radians;
@@ -33,7 +33,7 @@ inline IV env_physics(RV *s, IV action, __global const pk_cartpole_params *p, RV
     return PK_IMASK((x < -x_thr) | (x > x_thr) | (theta < -th_thr) | (theta > th_thr));
 }
 
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     o[0] = s[0];
     o[1] = s[1];

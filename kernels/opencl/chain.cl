@@ -20,7 +20,7 @@
 #define CHAIN_FRAME_SKIP 5 /* _chain_model.FRAME_SKIP: MuJoCo steps per env step */
 
 /* qpos_j = reset_noise * U[-1, 1) of word j % 4 of the one reset block, qvel = 0 (chain.reset). */
-inline void env_reset(RV *s, __global const pk_chain_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_chain_params *p, pk_bits b)
 {
     const RV sym[4] = {pk_sym_v(b.x), pk_sym_v(b.y), pk_sym_v(b.z), pk_sym_v(b.w)};
     for (int j = 0; j < PK_LINKS; ++j) {
@@ -31,7 +31,7 @@ inline void env_reset(RV *s, __global const pk_chain_params *p, pk_bits b)
 
 /* _kinematics: each link's unit vector (ex, ez) = (-sin phi, -cos phi) for its absolute angle phi,
  * and its absolute angular velocity w. */
-inline void chain_kinematics(const RV *q, const RV *v, RV *ex, RV *ez, RV *w)
+static inline void chain_kinematics(const RV *q, const RV *v, RV *ex, RV *ez, RV *w)
 {
     RV phi = q[0], wi = v[0];
     ex[0] = -sin(phi);
@@ -50,7 +50,7 @@ inline void chain_kinematics(const RV *q, const RV *v, RV *ex, RV *ez, RV *w)
  * The reference's zero (0 * ex[0]) is written as 0: adding it changes nothing but the sign of a
  * zero. The child's articulated inertia (ca .. cf, symmetric 3 x 3) and bias (q0 .. q2) are
  * referred to hinge i + 1. */
-inline void chain_qacc(const RV *q, const RV *v, const RV *tau, __global const pk_chain_params *p,
+static inline void chain_qacc(const RV *q, const RV *v, const RV *tau, __global const pk_chain_params *p,
                        RV *qdd)
 {
     RV ex[PK_LINKS], ez[PK_LINKS], w[PK_LINKS];
@@ -120,7 +120,7 @@ inline void chain_qacc(const RV *q, const RV *v, const RV *tau, __global const p
 /* _rk4: one MuJoCo RK4 step of dt on (q, v) in place, the torques held. Stage s starts from
  * X0 + dt * A[s] * (v, a) of stage s - 1; the B-weighted sums accumulate stage by stage in the
  * reference's order, so the four stages need not be kept. */
-inline void chain_rk4(RV *q, RV *v, const RV *tau, __global const pk_chain_params *p)
+static inline void chain_rk4(RV *q, RV *v, const RV *tau, __global const pk_chain_params *p)
 {
     const REAL h = p->dt;
     RV qi[PK_LINKS], vi[PK_LINKS], fi[PK_LINKS], dq[PK_LINKS], dv[PK_LINKS];
@@ -153,7 +153,7 @@ inline void chain_rk4(RV *q, RV *v, const RV *tau, __global const pk_chain_param
 }
 
 /* chain.tip: the tip's (x, z) over the reach K * link_length. */
-inline void chain_tip(const RV *q, RV *x, RV *z)
+static inline void chain_tip(const RV *q, RV *x, RV *z)
 {
     RV phi = q[0], tx = -sin(phi), tz = -cos(phi);
     for (int j = 1; j < PK_LINKS; ++j) {
@@ -165,7 +165,7 @@ inline void chain_tip(const RV *q, RV *x, RV *z)
     *z = tz / (REAL)(PK_LINKS);
 }
 
-inline IV env_physics(RV *s, const FV *action, __global const pk_chain_params *p, RV *reward)
+static inline IV env_physics(RV *s, const FV *action, __global const pk_chain_params *p, RV *reward)
 {
     RV u[PK_LINKS], tau[PK_LINKS];
     for (int j = 0; j < PK_LINKS; ++j) {
@@ -185,7 +185,7 @@ inline IV env_physics(RV *s, const FV *action, __global const pk_chain_params *p
 }
 
 /* cos and sin of the joint angles, the joint velocities, the tip over the reach. */
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     for (int j = 0; j < PK_LINKS; ++j) {
         o[j] = cos(s[j]);

@@ -4,13 +4,13 @@
 
 #define ENV_NAME mountain_car
 
-inline void env_reset(RV *s, __global const pk_mountain_car_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_mountain_car_params *p, pk_bits b)
 {
     s[0] = p->reset_center + p->reset_half * pk_sym_v(b.x);
     s[1] = (RV)(0.0);
 }
 
-inline IV env_physics(RV *s, IV action, __global const pk_mountain_car_params *p, RV *reward)
+static inline IV env_physics(RV *s, IV action, __global const pk_mountain_car_params *p, RV *reward)
 {
     const REAL min_pos = p->min_position, max_speed = p->max_speed;
     RV position = s[0], velocity = s[1];
@@ -27,7 +27,7 @@ inline IV env_physics(RV *s, IV action, __global const pk_mountain_car_params *p
     return PK_IMASK((position >= p->goal_position) & (velocity >= p->goal_velocity));
 }
 
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     o[0] = s[0];
     o[1] = s[1];

@@ -5,13 +5,13 @@
 
 #define ENV_NAME mountain_car_continuous
 
-inline void env_reset(RV *s, __global const pk_mountain_car_continuous_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_mountain_car_continuous_params *p, pk_bits b)
 {
     s[0] = p->reset_center + p->reset_half * pk_sym_v(b.x);
     s[1] = (RV)(0.0);
 }
 
-inline IV env_physics(RV *s, FV action, __global const pk_mountain_car_continuous_params *p,
+static inline IV env_physics(RV *s, FV action, __global const pk_mountain_car_continuous_params *p,
                       RV *reward)
 {
     const REAL max_speed = p->max_speed, min_pos = p->min_position;
@@ -34,7 +34,7 @@ inline IV env_physics(RV *s, FV action, __global const pk_mountain_car_continuou
     return PK_IMASK(term);
 }
 
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     o[0] = s[0];
     o[1] = s[1];

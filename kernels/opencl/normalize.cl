@@ -18,7 +18,7 @@
 
 /* Chan, Golub & LeVeque's pairwise update: fold (nb, mb, qb) into (na, ma, qa). Counts stay
  * integers so they are exact at any size; Welford/Chan keep the float accumulation stable. */
-inline void pk_chan(uint *na, REAL *ma, REAL *qa, uint nb, REAL mb, REAL qb)
+static inline void pk_chan(uint *na, REAL *ma, REAL *qa, uint nb, REAL mb, REAL qb)
 {
     if (nb == 0u)
         return;
@@ -31,7 +31,7 @@ inline void pk_chan(uint *na, REAL *ma, REAL *qa, uint nb, REAL mb, REAL qb)
 }
 
 /* Tree-combine the work-group's (count, mean, M2) into slot 0. */
-inline void pk_group_reduce(__local uint *lc, __local REAL *lm, __local REAL *lq, uint lid)
+static inline void pk_group_reduce(__local uint *lc, __local REAL *lm, __local REAL *lq, uint lid)
 {
     for (uint stride = PK_WG / 2; stride > 0u; stride >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -117,7 +117,7 @@ void pk_normalize_finalize(__global const uint *pcount, __global const REAL *pme
 #define PK_STV(v, p) PK_VST(PK_VW, v, p)
 /* Already vectorised: tells drivers that vectorise across work-items (Intel's) so. */
 #define PK_VKERNEL __kernel __attribute__((vec_type_hint(RV)))
-inline REAL pk_hsum(RV v)
+static inline REAL pk_hsum(RV v)
 {
     REAL lanes[PK_VW];
     PK_VST(PK_VW, v, lanes);
@@ -184,7 +184,7 @@ PK_VKERNEL void pk_normalize_chunks(__global const REAL *x, __global uint *pcoun
 
 /* (x - mean) / den for the PK_VW * PK_NV consecutive elements from base (fewer at the end); every
  * element is computed as the scalar expression (same roundings in every layout). */
-inline void pk_normalize_write(__global const REAL *x, __global REAL *out, REAL mean, REAL den,
+static inline void pk_normalize_write(__global const REAL *x, __global REAL *out, REAL mean, REAL den,
                                size_t base, int n)
 {
     if (base + PK_VW * PK_NV <= (size_t)n) {

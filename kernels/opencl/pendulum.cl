@@ -4,13 +4,13 @@
 
 #define ENV_NAME pendulum
 
-inline void env_reset(RV *s, __global const pk_pendulum_params *p, pk_bits b)
+static inline void env_reset(RV *s, __global const pk_pendulum_params *p, pk_bits b)
 {
     s[0] = p->x_init * pk_sym_v(b.x);
     s[1] = p->y_init * pk_sym_v(b.y);
 }
 
-inline IV env_physics(RV *s, FV action, __global const pk_pendulum_params *p, RV *reward)
+static inline IV env_physics(RV *s, FV action, __global const pk_pendulum_params *p, RV *reward)
 {
     const REAL max_speed = p->max_speed, dt = p->dt, pi = p->pi;
     const RV th = s[0], thdot = s[1];
@@ -30,7 +30,7 @@ inline IV env_physics(RV *s, FV action, __global const pk_pendulum_params *p, RV
     return (IV)(0);
 }
 
-inline void env_observe(const RV *s, RV *o)
+static inline void env_observe(const RV *s, RV *o)
 {
     o[0] = cos(s[0]);
     o[1] = sin(s[0]);

@@ -24,7 +24,7 @@ typedef struct {
     UV x, y, z, w;
 } pk_bits;
 
-inline pk_bits pk_philox_block_v(UV c0, UV c1, uint c2, uint c3, uint seed, UV env)
+static inline pk_bits pk_philox_block_v(UV c0, UV c1, uint c2, uint c3, uint seed, UV env)
 {
     UV x = c0, y = c1, z = (UV)(c2), w = (UV)(c3), k1 = env;
     uint k0 = seed;
@@ -45,20 +45,20 @@ inline pk_bits pk_philox_block_v(UV c0, UV c1, uint c2, uint c3, uint seed, UV e
 }
 
 /* Counter (c0, c1, c2, 0): every draw of the resets and of one-block policies. */
-inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
+static inline pk_bits pk_philox_v(UV c0, UV c1, uint c2, uint seed, UV env)
 {
     return pk_philox_block_v(c0, c1, c2, 0u, seed, env);
 }
 
 /* uint32 -> [-1, 1) from the top 24 bits, as rng.symmetric: every operation is exact in float and double. */
-inline RV pk_sym_v(UV b)
+static inline RV pk_sym_v(UV b)
 {
     return PK_CONVERT(RV, b >> 8) * (REAL)(5.9604644775390625e-08) * (REAL)(2.0) - (REAL)(1.0);
 }
 
 /* Four state variables, each bound * U[-1, 1) from one word of the reset block (CartPole's and
  * Acrobot's reset: every variable uniform in [-reset_bound, reset_bound)). */
-inline void pk_reset_sym4(RV *s, REAL bound, pk_bits b)
+static inline void pk_reset_sym4(RV *s, REAL bound, pk_bits b)
 {
     s[0] = bound * pk_sym_v(b.x);
     s[1] = bound * pk_sym_v(b.y);
@@ -67,7 +67,7 @@ inline void pk_reset_sym4(RV *s, REAL bound, pk_bits b)
 }
 
 /* NumPy's npy_remainder (Python's modulo: the result takes the divisor's sign); fmod itself is exact. */
-inline RV pk_remainder_v(RV a, REAL b)
+static inline RV pk_remainder_v(RV a, REAL b)
 {
     const RV m = fmod(a, (RV)(b));
     const MV zero = m == (RV)(0.0);

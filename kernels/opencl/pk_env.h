@@ -60,33 +60,33 @@
 #define AV PK_V(ACT)
 #define ENV_PARAMS PK_CAT(PK_CAT(pk_, ENV_NAME), _params)
 
-inline UV pk_env_index(int base)
+static inline UV pk_env_index(int base)
 {
     return (UV)((uint)base) + PK_LANES;
 }
 
 /* The state is one [ENV_D, n] array, variable-major: variable j of env i at j * n + i, so each
  * variable is a contiguous row and the PK_VW lanes of a work-item load and store as vectors. */
-inline void pk_ld_state(__global const REAL *state, int base, int n, RV *s)
+static inline void pk_ld_state(__global const REAL *state, int base, int n, RV *s)
 {
     for (int j = 0; j < ENV_D; ++j)
         s[j] = pk_ld_real(state + (size_t)j * (size_t)n, base, n);
 }
 
-inline void pk_st_state(__global REAL *state, int base, int n, const RV *s)
+static inline void pk_st_state(__global REAL *state, int base, int n, const RV *s)
 {
     for (int j = 0; j < ENV_D; ++j)
         pk_st_real(state + (size_t)j * (size_t)n, base, n, s[j]);
 }
 
-inline void pk_select_state(RV *s, const RV *other, IV take)
+static inline void pk_select_state(RV *s, const RV *other, IV take)
 {
     for (int j = 0; j < ENV_D; ++j)
         s[j] = select(s[j], other[j], PK_RMASK(take));
 }
 
 /* Reset the envs at base: a fresh reset restarts the episode counter at 0, else it advances by one. */
-inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes,
+static inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes,
                              __global uchar *needs_reset, __global REAL *obs,
                              __global const ENV_PARAMS *params, uint seed, int fresh, int base,
                              int n)
@@ -105,7 +105,7 @@ inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *episodes
  * either mode: the one code path of pk_<env>_step and pk_<env>_rollout. o is the obs each env is at
  * afterwards, fo the obs the step reached before any autoreset. Every lane runs the physics and
  * the reset draw is made only when some lane resets; per lane the result is the scalar algorithm's. */
-inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK_ACTION, RV *o, RV *fo,
+static inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK_ACTION, RV *o, RV *fo,
                            RV *reward, IV *term, IV *trunc, __global const ENV_PARAMS *params,
                            uint seed, int max_steps, int autoreset_mode, int base)
 {
@@ -166,7 +166,7 @@ inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK_ACTION
 
 /* What a step leaves in the env's own buffers, after pk_<env>_step and at the end of a rollout
  * launch: the counters, the obs it is at and the obs it reached, the reward and the flags. */
-inline void pk_env_store(__global int *steps, __global uint *episodes, __global uchar *needs_reset,
+static inline void pk_env_store(__global int *steps, __global uint *episodes, __global uchar *needs_reset,
                          __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
                          __global uchar *terminated, __global uchar *truncated, IV nsteps, UV ep,
                          IV nr, const RV *o, const RV *fo, RV r, IV te, IV tr, int base, int n)
@@ -181,7 +181,7 @@ inline void pk_env_store(__global int *steps, __global uint *episodes, __global 
     pk_st_uchar(truncated, base, n, PK_FLAG(tr));
 }
 
-inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
+static inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
                             __global uchar *needs_reset, PK_ACTION, __global REAL *obs,
                             __global REAL *final_obs, __global REAL *reward,
                             __global uchar *terminated, __global uchar *truncated,
@@ -201,7 +201,7 @@ inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
 /* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
  * policy stream, 0), as policy.sample_actions; a wider Box also draws blocks 1, 2, ... */
 #if ENV_ACT_DIM == 1
-inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
+static inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
                      uint seed, int base, UV ep, IV nsteps)
 {
     const pk_bits b =
@@ -216,7 +216,7 @@ inline AV pk_env_act(__global const float *policy, int policy_kind, int hidden, 
 #endif
 }
 #else
-inline void pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
+static inline void pk_env_act(__global const float *policy, int policy_kind, int hidden, const RV *o,
                        uint seed, int base, UV ep, IV nsteps, AV *a)
 {
     FV x[ENV_OBS];
@@ -232,7 +232,20 @@ inline void pk_env_act(__global const float *policy, int policy_kind, int hidden
  * stored at the end, so the next launch, or env.step, continues where this one stopped. The obs
  * acted on first is the env's obs buffer (not observe(s)), as on the host path: set_state()
  * leaves that buffer as it was. */
-inline void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episodes,
+/* On a CPU driver (the host builds with PK_CPU_DEVICE) this body is a real call per work-item: inlined
+ * into the kernel, its private arrays (the MLP policy's activations, 64 values per hidden layer, per
+ * lane) are what PoCL's work-group loops keep for every work-item of a group at once, and at the
+ * driver's own work-group size (local_size auto) with 8 or 16 lanes that overran the worker thread's
+ * stack and crashed the process (CartPole, 20,000 envs, MLP policy). As a call, the arrays live in the
+ * callee's frame, one work-item at a time; the fused rollout runs as fast as inlined on PoCL and
+ * Intel's runtime (N = 65,536, T = 32, three alternated rounds). On a GPU a call would put them in
+ * scratch memory: there it is inlined. */
+#ifdef PK_CPU_DEVICE
+#define PK_ROLLOUT_ONE static __attribute__((noinline))
+#else
+#define PK_ROLLOUT_ONE static inline
+#endif
+PK_ROLLOUT_ONE void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episodes,
                                __global uchar *needs_reset, __global REAL *obs,
                                __global REAL *final_obs, __global REAL *reward,
                                __global uchar *terminated, __global uchar *truncated,

@@ -12,14 +12,14 @@
 #define PK_POLICY_MLP 1
 
 /* uint32 -> [0, 1) from the top 24 bits, as rng.uniform: exact in float. */
-inline FV pk_uniform_v(UV b)
+static inline FV pk_uniform_v(UV b)
 {
     return PK_CONVERT(FV, b >> 8) * 5.9604644775390625e-08f;
 }
 
 /* One dense layer: y = x @ W + b, W [in, out] row-major. Each dot product starts at 0 and adds
  * x[k] * W[k, j] in index order (policy._dot), then the bias, so it rounds as the reference. */
-inline void pk_mlp_layer(__global const float *w, __global const float *b, const FV *x, int in,
+static inline void pk_mlp_layer(__global const float *w, __global const float *b, const FV *x, int in,
                          int out, int use_tanh, FV *y)
 {
     for (int j = 0; j < out; ++j) {
@@ -38,7 +38,7 @@ inline void pk_mlp_layer(__global const float *w, __global const float *b, const
  * once. Every acc[j] still starts at 0 and adds x[k] * W[k, j] in index order, then the bias: the same
  * rounding as pk_mlp_layer. On CUDA the run-time-width arrays sit in local memory (ptxas: a 512-byte
  * frame per rollout kernel; the first H200 run's MLP rollouts ~90x slower than the random policy's). */
-inline void pk_mlp_layer_fixed(__global const float *w, __global const float *b, const FV *x, int in,
+static inline void pk_mlp_layer_fixed(__global const float *w, __global const float *b, const FV *x, int in,
                                FV *y)
 {
     FV acc[PK_MLP_HIDDEN];
@@ -59,7 +59,7 @@ inline void pk_mlp_layer_fixed(__global const float *w, __global const float *b,
 #endif
 
 /* policy = w1 [in, H], b1 [H], w2 [H, H], b2 [H], w3 [H, out], b3 [out], log_std [1] (MLPPolicy.flat). */
-inline void pk_mlp(__global const float *policy, int hidden, int in, int out, const FV *x, FV *y)
+static inline void pk_mlp(__global const float *policy, int hidden, int in, int out, const FV *x, FV *y)
 {
 #ifdef PK_MLP_HIDDEN
     hidden = PK_MLP_HIDDEN; /* the host builds with the width it launches with */
@@ -84,7 +84,7 @@ inline void pk_mlp(__global const float *policy, int hidden, int in, int out, co
 }
 
 /* Discrete actions from draws b: uniform, or an inverse-CDF sample of the MLP's softmax. */
-inline IV pk_policy_discrete(__global const float *policy, int kind, int hidden, const FV *x,
+static inline IV pk_policy_discrete(__global const float *policy, int kind, int hidden, const FV *x,
                              int in, int n_actions, pk_bits b)
 {
     /* (b >> 8) * n < 2^32 for n <= 256, so 32 bits hold the reference's 64-bit product */
@@ -116,7 +116,7 @@ inline IV pk_policy_discrete(__global const float *policy, int kind, int hidden,
 
 /* A standard normal by Box-Muller from two draws, as policy._sample_box (pk_policy_continuous
  * spells the same out). */
-inline FV pk_box_muller(UV b1, UV b2)
+static inline FV pk_box_muller(UV b1, UV b2)
 {
     const FV u1 = 1.0f - pk_uniform_v(b1); /* (0, 1]: the log is finite */
     const FV u2 = pk_uniform_v(b2);
@@ -124,7 +124,7 @@ inline FV pk_box_muller(UV b1, UV b2)
 }
 
 /* Continuous actions from draws b: high * (2u - 1), or the MLP mean plus Box-Muller noise. */
-inline FV pk_policy_continuous(__global const float *policy, int kind, int hidden, const FV *x,
+static inline FV pk_policy_continuous(__global const float *policy, int kind, int hidden, const FV *x,
                                int in, float high, pk_bits b)
 {
     if (kind == PK_POLICY_RANDOM)
@@ -143,7 +143,7 @@ inline FV pk_policy_continuous(__global const float *policy, int kind, int hidde
  * for the MLP, words 2 (j % 2) and 2 (j % 2) + 1. So component 0 draws exactly what a 1-wide
  * action does, and a work-item computes one block per 4 (or 2) components. The other counter
  * words and the key are pk_philox_v's: (c0, c1, policy stream), (seed, env). */
-inline void pk_policy_box(__global const float *policy, int kind, int hidden, const FV *x, int in,
+static inline void pk_policy_box(__global const float *policy, int kind, int hidden, const FV *x, int in,
                           int dim, float high, UV c0, UV c1, uint seed, UV env, FV *y)
 {
     if (kind == PK_POLICY_RANDOM) {

@@ -62,12 +62,12 @@
  * written (n need not be a multiple of PK_VW). */
 #if PK_VW == 1
 #define PK_LOAD_FN(name, T)                                                                    \
-    inline T name(__global const T *a, int base, int n) { return a[base]; }
+    static inline T name(__global const T *a, int base, int n) { return a[base]; }
 #define PK_STORE_FN(name, T)                                                                   \
-    inline void name(__global T *a, int base, int n, T v) { a[base] = v; }
+    static inline void name(__global T *a, int base, int n, T v) { a[base] = v; }
 #else
 #define PK_LOAD_FN(name, T)                                                                    \
-    inline PK_V(T) name(__global const T *a, int base, int n)                                  \
+    static inline PK_V(T) name(__global const T *a, int base, int n)                           \
     {                                                                                          \
         if (base + PK_VW <= n)                                                                 \
             return PK_CAT(vload, PK_VW)(0, a + base);                                          \
@@ -77,7 +77,7 @@
         return PK_CAT(vload, PK_VW)(0, t);                                                     \
     }
 #define PK_STORE_FN(name, T)                                                                   \
-    inline void name(__global T *a, int base, int n, PK_V(T) v)                                \
+    static inline void name(__global T *a, int base, int n, PK_V(T) v)                         \
     {                                                                                          \
         if (base + PK_VW <= n) {                                                               \
             PK_CAT(vstore, PK_VW)(v, 0, a + base);                                             \
@@ -106,14 +106,14 @@ PK_STORE_FN(pk_st_uchar, uchar)
 #define PK_ROWS_MAX 64
 #if PK_VW == 1
 #define PK_ROWS_FNS(suffix, T)                                                                 \
-    inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n,    \
-                                           PK_V(T) *cols)                                      \
+    static inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n, \
+                                                  PK_V(T) *cols)                               \
     {                                                                                          \
         for (int k = 0; k < width; ++k)                                                        \
             cols[k] = a[(size_t)base * width + k];                                             \
     }                                                                                          \
-    inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,          \
-                                           const PK_V(T) *cols)                                \
+    static inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,   \
+                                                  const PK_V(T) *cols)                         \
     {                                                                                          \
         for (int k = 0; k < width; ++k)                                                        \
             a[(size_t)base * width + k] = cols[k];                                             \
@@ -122,8 +122,8 @@ PK_STORE_FN(pk_st_uchar, uchar)
 /* The stores transpose into a private block, then make one contiguous copy: scattered
  * per-element stores to global memory cost more than the physics on CPUs. */
 #define PK_ROWS_FNS(suffix, T)                                                                 \
-    inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n,    \
-                                           PK_V(T) *cols)                                      \
+    static inline void PK_CAT(pk_ld_rows, suffix)(__global const T *a, int width, int base, int n, \
+                                                  PK_V(T) *cols)                               \
     {                                                                                          \
         T t[PK_VW];                                                                            \
         for (int k = 0; k < width; ++k) {                                                      \
@@ -132,8 +132,8 @@ PK_STORE_FN(pk_st_uchar, uchar)
             cols[k] = PK_CAT(vload, PK_VW)(0, t);                                              \
         }                                                                                      \
     }                                                                                          \
-    inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,          \
-                                           const PK_V(T) *cols)                                \
+    static inline void PK_CAT(pk_st_rows, suffix)(__global T *a, int width, int base, int n,   \
+                                                  const PK_V(T) *cols)                         \
     {                                                                                          \
         const int count = min(PK_VW, n - base);                                                \
         T block[PK_VW * PK_ROWS_MAX], t[PK_VW];                                                \

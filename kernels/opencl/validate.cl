@@ -5,7 +5,7 @@
 #endif
 
 /* Per-work-group (min, max) of the indices; the host folds the few group results. */
-inline void pk_minmax_group(__local long *lo, __local long *hi, long a, long b,
+static inline void pk_minmax_group(__local long *lo, __local long *hi, long a, long b,
                             __global long *glo, __global long *ghi)
 {
     const uint lid = get_local_id(0);
@@ -48,7 +48,7 @@ void pk_index_range_i32(__global const int *idx, __global long *glo, __global lo
     pk_minmax_group(lo, hi, a, b, glo, ghi);
 }
 
-inline void pk_sum_group(__local uint *acc, uint c, __global uint *gcount)
+static inline void pk_sum_group(__local uint *acc, uint c, __global uint *gcount)
 {
     const uint lid = get_local_id(0);
     acc[lid] = c;

@@ -76,7 +76,7 @@ class OpenCLPrograms:
         program belongs to the context it was built in: another instance (its own context) makes
         its program from the cached one's device binary instead of compiling the source again.
         """
-        options = ("-cl-std=CL1.2", *options, *self._fp32_options)
+        options = ("-cl-std=CL1.2", *options, *self._fp32_options, *self._device_options)
         # The cached entry holds the context the program was built in: Intel's CPU runtime destroys a
         # context when its creator lets go of it, programs or not ("INVALID_CONTEXT" afterwards).
         shared, context = self._program(

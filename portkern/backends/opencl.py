@@ -172,6 +172,11 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
             if fp32 & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
             else ()
         )
+        # CPU drivers run a work-group's work-items in loops over one thread's stack: the fused rollout's
+        # per-work-item body is a call there (kernels/opencl/pk_env.h, PK_ROLLOUT_ONE).
+        self._device_options: tuple[str, ...] = (
+            ("-DPK_CPU_DEVICE=1",) if self.device.type & cl.device_type.CPU else ()
+        )
 
     def describe(self) -> dict[str, str]:
         d = self.device

@@ -344,7 +344,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"wrote {where} and {where.with_suffix('.json')}")
         return 0
     out = check_out(args.out, create=False)  # made only once every run file has been read and checked
-    rep = report.write(args.runs, out, mixes, prices=args.price or None)
+    rep = report.write(args.runs + args.port_check, out, mixes, prices=args.price or None)
     _print_tables(report.headline(rep))
     print(f"wrote report.md, report.json and plots to {args.out}")
     return 0
@@ -474,6 +474,9 @@ def register(sub: Any) -> None:
     p.add_argument("--price", action="append", default=[], metavar="DEVICE=RATE",
                    help="price per device-hour of a device (key, substring, pocl/intel, or host; repeatable) or a "
                         "JSON file {DEVICE: RATE}: the cross-device section adds cost per 1e6 env steps")  # fmt: skip
+    p.add_argument("--port-check", action="append", default=[], metavar="FILE",
+                   help="a portkern port-check --json file: adds \"Port readiness: compiled, not run\" (also found "
+                        "among the runs by its schema)")  # fmt: skip
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("cost", help="lock-in premium of a policy program from a report's throughput ratio or "
                                     "from training runs")  # fmt: skip
@@ -505,6 +508,9 @@ def register(sub: Any) -> None:
     p.add_argument("--hourly-rate", type=float, default=0.0, help="price per engineering hour")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_cost)
+    from . import port_check_cli  # the compilers' plumbing loads with its command only
+
+    port_check_cli.register(sub)
 
 
 __all__ = ["register"]

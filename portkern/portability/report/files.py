@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from ...runs import load_run, merge
 from .. import training
-from . import gpu_bench
+from . import gpu_bench, port_readiness
 from .crossdevice import policy_costs
 from .format import _json_default
 from .model import REPORT_SCHEMA, build
@@ -23,7 +23,8 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
     """The report of any mix of bench run files and training files (told apart by the training file's
     ``schema``); training files add the ``training`` section, and alone make a report of it only."""
     gpu = [str(p) for p in paths if gpu_bench.is_gpu_bench_file(p)]
-    rest = [p for p in paths if str(p) not in gpu]
+    pcheck = [str(p) for p in paths if port_readiness.is_port_check_file(p)]  # compiled, not run
+    rest = [p for p in paths if str(p) not in gpu and str(p) not in pcheck]
     kinds = [training.is_train_file(p) for p in rest]
     runs = [load_run(p) for p, t in zip(rest, kinds) if not t]
     trains = [(str(p), training.load_train(p)) for p, t in zip(rest, kinds) if t]
@@ -31,6 +32,9 @@ def build_all(paths: list[str], mixes: Mapping[str, Mapping[str, float]] | None 
     rep = _build(paths, runs, trains, tr, mixes, prices)
     if gpu:
         rep["gpu_bench"] = gpu_bench.summarise(gpu)
+        rep["sources"] = [str(p) for p in paths]
+    if pcheck:
+        rep["port_readiness"] = port_readiness.summarise(pcheck)
         rep["sources"] = [str(p) for p in paths]
     return rep
 

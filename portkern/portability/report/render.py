@@ -6,7 +6,7 @@ import json
 from typing import Any, Mapping
 
 from .. import training
-from . import gpu_bench
+from . import gpu_bench, port_readiness
 from ..names import PATHS, STACK_CLASSES
 from .format import host_once, _cell, _fmt, _span, _table, _verdict_text, _with, _x
 
@@ -34,6 +34,11 @@ def headline(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]
     func = (["kernel"] + [c + (" (sim)" if rep["functional"][c]["simulator"] else "") for c in cols],
             [[k] + [_cell(rep["functional"][c]["kernels"][k]) for c in cols] for k in fkernels]
             + [["**share**"] + [_fmt(rep["functional"][c]["share"], True) for c in cols]])  # fmt: skip
+    if rep.get("port_readiness"):  # compile-level columns beside the ones that ran: never merged into a share
+        pr, vendors = rep["port_readiness"], list(port_readiness.BUILD_COLUMNS)
+        func = (func[0] + [f"{v} (builds, not run)" for v in vendors],
+                [row + ([port_readiness.builds_cell(pr, v, row[0]) for v in vendors] if i < len(fkernels) else
+                        ["–"] * len(vendors)) for i, row in enumerate(func[1])])  # fmt: skip
     tables["Functional portability"] = func
     ratio_rows = [[r["kernel"], r["backend"], r["device"], r["status"], str(r["size"] or "–"),
                    _with(r["items_per_s"], r.get("items_per_s_interval")),
@@ -65,10 +70,11 @@ def training_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list
 
 
 def _training_only_markdown(rep: dict[str, Any]) -> str:
-    if not rep.get("training"):  # GPU measurements (bench/gpu/gpu_bench.py) only
-        out = ["# portkern portability report", "", f"GPU measurement files: {', '.join(rep['sources'])}. No bench "
-               "runs or training files among the inputs: this report has the GPU measurements only."]  # fmt: skip
-        out += gpu_bench.markdown(rep["gpu_bench"])
+    if not rep.get("training"):  # GPU measurements (bench/gpu/gpu_bench.py) and/or a port-check only
+        out = ["# portkern portability report", "", f"Files: {', '.join(rep['sources'])}. No bench runs or training "
+               "files among the inputs: this report has the GPU measurements and/or the port readiness only."]  # fmt: skip
+        out += gpu_bench.markdown(rep["gpu_bench"]) if rep.get("gpu_bench") else []
+        out += port_readiness.markdown(rep["port_readiness"]) if rep.get("port_readiness") else []
         return "\n".join(out) + "\n"
     out = ["# portkern portability report", "", f"Training files: {', '.join(rep['sources'])} (machines: "
            f"{rep['machines']}). No bench runs among the inputs: this report has the training section only.", ""]
@@ -78,6 +84,8 @@ def _training_only_markdown(rep: dict[str, Any]) -> str:
     out += training.markdown(rep["training"])
     if rep.get("gpu_bench"):
         out += gpu_bench.markdown(rep["gpu_bench"])
+    if rep.get("port_readiness"):  # compiled, not run: after everything that ran
+        out += port_readiness.markdown(rep["port_readiness"])
     out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"
@@ -330,6 +338,8 @@ def markdown(rep: dict[str, Any]) -> str:
                 "on two or more devices and pass all the run files."]
     if rep.get("gpu_bench"):
         out += gpu_bench.markdown(rep["gpu_bench"])
+    if rep.get("port_readiness"):  # compiled, not run: after everything that ran
+        out += port_readiness.markdown(rep["port_readiness"])
     out += plots_markdown(rep)
     out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
     return "\n".join(out) + "\n"

@@ -1,0 +1,254 @@
+"""``portkern port-check``: every kernel builds for the seven GPU targets and SPIR-V on a machine with no GPU
+(CI fails when one stops building), the CLI table and JSON, the report section, and a user's own file.
+
+Compile-level only: nothing here runs a kernel on a GPU. A missing compiler is a skip with the install
+command as its reason, and a failure where ``CI=true`` (CI installs them: docs/port-check.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from portkern import cli
+from portkern.envs import KERNEL_OWNERS
+from portkern.portability import port_check, port_check_cli
+from portkern.portability.report import port_readiness
+from portkern.toolchains import TARGETS, amd, intel, nvidia, toolchain_tools
+from portkern.toolchains.targets import TOOLCHAIN_API, occupancy
+
+DATA = Path(__file__).parent / "data"
+CASES = [(tc, t) for t, spec in TARGETS.items() for tc in spec.toolchains]
+
+
+def _need(tc: str) -> None:
+    tool = toolchain_tools([tc])[tc]
+    if not tool:
+        why = f"{tc}: {tool.missing()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def full() -> dict:
+    """The whole project check, every target and dtype (cached per build, so a warm run takes seconds)."""
+    return port_check.check(port_check.project_jobs(list(TARGETS), list(port_check.DTYPES)))
+
+
+@pytest.mark.parametrize(("toolchain", "target"), CASES, ids=[f"{tc}-{t}" for tc, t in CASES])
+def test_every_kernel_builds(full: dict, toolchain: str, target: str) -> None:
+    _need(toolchain)
+    rows = [r for r in full["results"] if r["toolchain"] == toolchain and r["target"] == target]
+    api = TOOLCHAIN_API[toolchain]
+    # Every env that owns a kernel file of the API appears with its reset, step and both fused rollouts.
+    for stem in KERNEL_OWNERS:
+        if any(r["file"].startswith(f"{stem}.") for r in rows):
+            labels = {r["kernel"] for r in rows if r["file"].startswith(f"{stem}.")}
+            assert {f"{stem} reset", f"{stem} step", f"{stem} rollout random",
+                    f"{stem} rollout mlp{port_check.MLP_HIDDEN}"} <= labels, (stem, labels)  # fmt: skip
+    assert {r["file"] for r in rows} >= {f"{s}{'.cu' if api == 'cuda' else '.cl'}" for s in ("gae", "normalize")}
+    failed = [f"{r['file']} {r['kernel']} {r['dtype']}: {r['error']}" for r in rows if not r["builds"]]
+    assert not failed, "\n".join(failed)
+    if target != "spirv":  # SPIR-V is not machine code: no registers
+        assert all(r["registers"] for r in rows), [r["kernel"] for r in rows if not r["registers"]]
+        assert all(r["occupancy"] for r in rows)
+
+
+def test_chain_cu_builds_as_hip(full: dict) -> None:
+    _need("amd-hip")
+    rows = [r for r in full["results"] if r["toolchain"] == "amd-hip" and r["file"] == "chain.cu"]
+    assert rows and all(r["builds"] for r in rows), [r["error"] for r in rows if not r["builds"]]
+
+
+def test_amd_occupancy_never_exceeds_the_compilers_own(full: dict) -> None:
+    # clang reports its own occupancy (it also counts SGPRs and LDS); ours, from the VGPRs and the published
+    # register file, must not claim more than the register file allows and never less than clang's figure.
+    rows = [r for r in full["results"] if r["toolchain"].startswith("amd") and r["builds"]]
+    if not rows:
+        pytest.skip("no AMD build here")
+    for r in rows:
+        theirs = r["extra"].get("compiler_occupancy")
+        assert r["occupancy"]["resident"] >= theirs, r
+        assert r["occupancy"]["resident"] <= r["occupancy"]["max"]
+
+
+def test_occupancy_follows_the_published_limits() -> None:
+    # CUDA occupancy calculator, CC 9.0, 256-thread blocks: 128 regs -> 2 blocks -> 16 of 64 warps; 32 -> 64.
+    assert occupancy("sm_90", {"regs": 128}, 0)["resident"] == 16
+    assert occupancy("sm_90", {"regs": 32}, 0)["resident"] == 64
+    # CDNA3: 512 VGPRs per lane, granule 8: 240 -> 2 waves; 64 -> 8 (the cap). RDNA3: 1536 / 24-granule.
+    assert occupancy("gfx942", {"VGPR": 240}, 0)["resident"] == 2
+    assert occupancy("gfx942", {"VGPR": 64}, 0)["resident"] == 8
+    assert occupancy("gfx1100", {"VGPR": 100}, 0)["resident"] == 1536 // 120
+    # Xe: 8 threads per EU with 128 GRF, 4 with 256.
+    assert occupancy("pvc", {"GRF": 256}, 0)["resident"] == 4
+
+
+def test_parsers_read_the_compilers_reports() -> None:
+    text = ("ptxas info    : Compiling entry function 'pk_x' for 'sm_90'\n"
+            "    16 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n"
+            "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem\n")  # fmt: skip
+    (k,) = nvidia.parse_ptxas(text)
+    assert (k.kernel, k.registers, k.spills, k.scratch_bytes, k.lds_bytes) == ("pk_x", {"regs": 40}, 8, 16, 2048)
+    text = "\n".join(f"a.cl:1:1: remark: {line} [-Rpass-analysis=kernel-resource-usage]" for line in (
+        "Function Name: pk_y", "    SGPRs: 30", "    VGPRs: 41", "    AGPRs: 0", "    ScratchSize [bytes/lane]: 4",
+        "    SGPRs Spill: 2", "    VGPRs Spill: 1", "    LDS Size [bytes/block]: 512"))  # fmt: skip
+    (k,) = amd.parse_remarks(text, 64)
+    assert (k.registers, k.spills, k.scratch_bytes, k.lds_bytes) == ({"SGPR": 30, "VGPR": 41, "AGPR": 0}, 1, 4, 512)
+    assert k.extra["sgprs_spill"] == 2  # into VGPR lanes, not memory: kept apart from the spills
+
+
+def test_isa_version_substitution_is_recorded() -> None:
+    _need("amd-ocl")
+    assert amd.isa_number("gfx942") == 9402 and amd.isa_number("gfx90a") == 9010
+    tool = amd.find()
+    have = {f.name for f in amd.system_device_libs().glob("oclc_isa_version_*.bc")}
+    for t in ("gfx942", "gfx1100"):
+        substituted = any(n.startswith(f"{t}:") for n in tool.notes)
+        assert substituted == (f"oclc_isa_version_{t[3:]}.bc" not in have)
+
+
+# ---- the command line ---------------------------------------------------------------------------------
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_table_fits_100_columns_and_json_has_every_figure(capsys, tmp_path: Path) -> None:
+    for tc in ("nvcc", "amd-ocl", "ocloc", "spirv"):
+        _need(tc)
+    out_json = tmp_path / "pc.json"
+    rc, out, _ = _cli(capsys, "port-check", "--targets", "sm_90,gfx942,pvc,spirv", "--dtypes", "float32",
+                      "--json", str(out_json))  # fmt: skip
+    assert rc == 0
+    assert max(len(ln) for ln in out.splitlines()) <= port_check_cli.WIDTH
+    assert "compile-level, not a measurement of speed" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["schema"] == port_check.SCHEMA and doc["label"] == port_check.LABEL
+    assert set(doc["targets"]) == {"sm_90", "gfx942", "pvc", "spirv"}
+    mlp = [r for r in doc["results"] if r["kernel"].endswith(f"rollout mlp{port_check.MLP_HIDDEN}")]
+    assert {r["target"] for r in mlp} == {"sm_90", "gfx942", "pvc", "spirv"}
+    for r in mlp:
+        if r["target"] != "spirv":
+            assert r["registers"] and r["spills"] is not None and r["occupancy"]["table"]
+    assert all(t["version"] for t in doc["toolchains"].values() if t["available"])
+
+
+def test_report_section_is_apart_from_what_ran(capsys, tmp_path: Path) -> None:
+    _need("amd-ocl")
+    pc = tmp_path / "pc.json"
+    assert _cli(capsys, "port-check", "--targets", "gfx942,spirv", "--dtypes", "float32", "--json", str(pc))[0] == 0
+    out = tmp_path / "report"
+    run = DATA / "synthetic-xeon-two-drivers-run.json"
+    rc, _, err = _cli(capsys, "report", str(run), "--port-check", str(pc), "--out", str(out))
+    assert rc == 0, err
+    md = (out / "report.md").read_text()
+    assert f"## {port_readiness.TITLE}" in md
+    section = md.split(f"## {port_readiness.TITLE}", 1)[1]
+    assert "not a measurement of speed" in section and "gfx942" in section
+    # The functional table keeps its run columns and share row; the builds column sits beside them.
+    func = md.split("## Functional portability", 1)[1].split("\n## ", 1)[0]
+    header = func.strip().splitlines()[0]
+    assert "AMD GPU (builds, not run)" in header and "Intel GPU (builds, not run)" in header
+    assert "builds (1 target)" in func
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["port_readiness"]["summary"] and "AMD GPU" not in json.dumps(rep["functional"])
+
+
+# ---- a user's own kernels -------------------------------------------------------------------------------
+USER_CL = """#include "scale.h"
+__kernel void scale(__global float *x, int n) { int i = get_global_id(0); if (i < n) x[i] = x[i] * FACTOR; }
+__kernel void shift(__global float *x, int n) { int i = get_global_id(0); if (i < n) x[i] += sin(x[i]); }
+"""
+USER_CU = """extern "C" __global__ void twice(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = SCALE * sinf(x[i]); }
+"""
+
+
+def test_a_user_file_gets_the_same_table(capsys, tmp_path: Path) -> None:
+    _need("amd-ocl")
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define FACTOR 2.0f\n")
+    src = tmp_path / "my_kernels.cl"
+    src.write_text(USER_CL)
+    out_json = tmp_path / "mine.json"
+    rc, out, err = _cli(capsys, "port-check", str(src), "-I", str(tmp_path / "inc"), "--kernels", "scale",
+                        "--targets", "gfx942,gfx1100,spirv", "--json", str(out_json))  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    assert {r["kernel"] for r in doc["results"]} == {"scale"}
+    assert all(r["builds"] for r in doc["results"])
+    assert "scale" in out and max(len(ln) for ln in out.splitlines()) <= port_check_cli.WIDTH
+
+
+def test_a_user_cu_file_with_a_define(capsys, tmp_path: Path) -> None:
+    _need("nvcc")
+    _need("amd-hip")
+    src = tmp_path / "mine.cu"
+    src.write_text(USER_CU)
+    out_json = tmp_path / "mine.json"
+    rc, _, err = _cli(capsys, "port-check", str(src), "-D", "SCALE=2.0f", "--targets", "sm_90,gfx942",
+                      "--json", str(out_json))  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    assert {(r["kernel"], r["target"], r["builds"]) for r in doc["results"]} == {("twice", "sm_90", True),
+                                                                               ("twice", "gfx942", True)}
+
+
+def _bad(tmp_path: Path, *argv: str) -> tuple[int, str]:
+    # A subprocess: exit code and stderr exactly as a user sees them (no traceback).
+    res = subprocess.run([sys.executable, "-m", "portkern.cli", "port-check", *argv], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600, check=False)  # fmt: skip
+    return res.returncode, res.stderr
+
+
+def test_a_missing_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    rc, err = _bad(tmp_path, str(tmp_path / "nope.cl"), "--targets", "spirv")
+    assert rc == 2 and "nope.cl: no such file" in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_a_syntax_error_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    _need("amd-ocl")
+    src = tmp_path / "broken.cl"
+    src.write_text("__kernel void f(__global float *x) { x[0] = ; }\n")
+    rc, err = _bad(tmp_path, str(src), "--targets", "gfx942,spirv", "--no-cache")
+    assert rc == 2 and "broken.cl: builds for no target" in err and "error" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_unknown_target_is_one_line_naming_it(tmp_path: Path) -> None:
+    src = tmp_path / "ok.cl"
+    src.write_text(USER_CL)
+    rc, err = _bad(tmp_path, str(src), "--targets", "gfx942,sm_12")
+    assert rc == 2 and "unknown target sm_12" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_kernel_is_one_line_naming_it(tmp_path: Path) -> None:
+    _need("amd-ocl")
+    src = tmp_path / "ok.cl"
+    src.write_text(USER_CL)
+    (tmp_path / "scale.h").write_text("")  # FACTOR comes from -D
+    rc, err = _bad(tmp_path, str(src), "-D", "FACTOR=2.0f", "-I", str(tmp_path), "--targets", "gfx942",
+                   "--kernels", "nothere")  # fmt: skip
+    assert rc == 2 and "nothere" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_compiler_is_a_row_not_a_crash(monkeypatch: pytest.MonkeyPatch, capsys, tmp_path: Path) -> None:
+    monkeypatch.setattr(intel, "which", lambda *names: None)
+    intel.find.cache_clear()
+    try:
+        doc = port_check.check(port_check.project_jobs(["dg2"], ["float32"]), use_cache=False)
+    finally:
+        intel.find.cache_clear()
+    assert not doc["toolchains"]["ocloc"]["available"]
+    assert all(r["error"].startswith("not available here: apt-get install") for r in doc["results"])
+    lines = port_check_cli.table_lines(doc)
+    assert any("not available here: apt-get install" in ln and "ocloc" in ln for ln in lines)
