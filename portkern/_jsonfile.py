@@ -22,6 +22,8 @@ def read_json(file: str | Path | Traversable, fail: Callable[[str], Exception]) 
         text = (Path(file) if isinstance(file, str) else file).read_text()
     except OSError as exc:
         raise fail(f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a binary or otherwise non-UTF-8 file
+        raise fail(f"not UTF-8 text ({exc.reason} at byte {exc.start}); not a JSON file?") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

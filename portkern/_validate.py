@@ -18,7 +18,7 @@ def dtype_arg(dtype: Any) -> np.dtype:
         dt = None
     if dt is None or dt.name not in FLOAT_DTYPES:
         raise ValueError(f"dtype: expected 'float32' or 'float64', got {dtype!r}")
-    return dt
+    return FLOAT_DTYPES[dt.name]  # native byte order: ">f4" names float32, and kernels read native floats
 
 
 def int_arg(name: str, value: Any, lo: int, hi: int) -> int:

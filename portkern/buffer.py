@@ -43,16 +43,27 @@ def _on(b: Backend, name: str, a: Any) -> Any:
             raise TypeError(f"{name}: this {b.name} array lives on another device or context than {b.device_name}")
         if not b._contiguous(a):
             if isinstance(a, np.ndarray):  # host memory (the numpy backend's own): a contiguous copy, as on upload
-                return np.ascontiguousarray(a)
+                return _c_order(a)
             raise ValueError(f"{name}: expected a C-contiguous array")
         return a
     if isinstance(a, np.ndarray):
-        return b.from_host(np.ascontiguousarray(a))
+        return b.from_host(_c_order(a))
     if isinstance(a, (list, tuple)):
-        return b.from_host(np.ascontiguousarray(np.asarray(a)))
+        try:
+            host = np.asarray(a)
+        except ValueError as exc:  # a ragged list
+            raise ValueError(f"{name}: expected a rectangular array, got a ragged {type(a).__name__} ({exc})") from None
+        if host.dtype == object:
+            raise TypeError(f"{name}: expected an array of numbers, got a {type(a).__name__} of Python objects")
+        return b.from_host(_c_order(host))
     raise TypeError(
         f"{name}: expected a NumPy array or a {b.name} array, got {type(a).__module__}.{type(a).__name__}"
     )
+
+
+def _c_order(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous, its shape kept (np.ascontiguousarray turns a 0-d array into shape (1,))."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
 
 
 def _float_tn(name: str, a: Any, shape: tuple[int, ...] | None, dtype: np.dtype | None) -> None:
@@ -93,6 +104,8 @@ def _out(b: Backend, name: str, a: Any, shape: tuple[int, ...], dtype: np.dtype,
         raise ValueError(f"{name}: expected shape {tuple(shape)} (the result's), got {describe(a)}")
     if not b._contiguous(a):
         raise ValueError(f"{name}: expected a C-contiguous array")
+    if isinstance(a, np.ndarray) and not a.flags.writeable:  # the numpy backend's arrays (torch's have no flag)
+        raise ValueError(f"{name}: expected a writable array, got a read-only one")
     for other, x in inputs.items():
         if b.shares_memory(a, x):
             raise ValueError(f"{name}: shares memory with {other}, which the kernel still reads; pass a separate array")

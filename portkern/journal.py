@@ -44,7 +44,8 @@ def journal_path(out: str | os.PathLike[str]) -> Path:
 
 
 def _key(key: Iterable[Any]) -> tuple[Any, ...]:
-    return tuple(key)
+    """A record's key as a dict key: its lists as tuples (a JSON object in it is no key: TypeError)."""
+    return tuple(_key(k) if isinstance(k, list) else k for k in key)
 
 
 def write_json_atomically(path: str | os.PathLike[str], doc: Any) -> None:
@@ -96,9 +97,17 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, A
         raise JournalError(f"journal {path}: not a portkern journal (its first line must be a header of schema "
                            f"{JOURNAL_SCHEMA!r})")  # fmt: skip
     header, records = entries[0], entries[1:]
+    if not isinstance(header.get("identity", {}), dict):
+        raise JournalError(f"journal {path}: its header's 'identity' is not an object; the file is damaged")
     for n, r in enumerate(records, start=2):
         if not isinstance(r.get("key"), list) or r.get("status") not in STATUSES:
             raise JournalError(f"journal {path}: line {n} lacks a 'key' list and a 'status' of {'/'.join(STATUSES)}")
+        if not isinstance(r.get("data"), dict):
+            raise JournalError(f"journal {path}: line {n} lacks a 'data' object; the file is damaged")
+        try:
+            hash(_key(r["key"]))
+        except TypeError:
+            raise JournalError(f"journal {path}: line {n}'s 'key' holds a JSON object; the file is damaged") from None
     return header, records, intact
 
 

@@ -117,6 +117,8 @@ def load_run(path: str | Path) -> Run:
             cid, t = bench["extra_info"]["case_id"], float(bench["stats"]["min"])
         except (KeyError, TypeError, ValueError):
             raise _fail(p, f"benchmarks[{i}] lacks extra_info.case_id or stats.min") from None
+        if not isinstance(cid, str):
+            raise _fail(p, f"benchmarks[{i}].extra_info.case_id must be a string, got {cid!r}")
         if not t > 0:
             raise _fail(p, f"benchmarks[{i}] ({cid}) has a non-positive time {t}")
         times[cid] = t
@@ -125,6 +127,8 @@ def load_run(path: str | Path) -> Run:
     for d in mi["devices"]:
         try:
             key = d["device_key"]
+            if not isinstance(key, str) or not isinstance(d.get("backend"), (str, type(None))):
+                raise TypeError("device_key and backend are strings")
             devices[key] = {k: d[k] for k in ("device_label", "kind", "vendor", "machine")}
             devices[key]["hardware_key"] = str(d.get("hardware_key") or key)
             devices[key]["platform"] = str(d.get("platform") or "")
@@ -133,7 +137,9 @@ def load_run(path: str | Path) -> Run:
         available.setdefault(key, [])
         if d.get("backend") not in available[key]:
             available[key].append(d.get("backend"))
-    unavailable = [{"machine": machine, "backend": b.get("name", "?"), "reason": b.get("reason", "")}
+    if not isinstance(mi.get("backends", []), list):
+        raise _fail(p, "machine_info.portkern.backends must be a list")
+    unavailable = [{"machine": machine, "backend": str(b.get("name", "?")), "reason": str(b.get("reason", ""))}
                    for b in mi.get("backends", []) if isinstance(b, dict) and not b.get("available")]  # fmt: skip
     records = []
     for i, c in enumerate(pk["cases"]):
@@ -143,6 +149,10 @@ def load_run(path: str | Path) -> Run:
             status = c["status"]
             if status not in STATUSES:
                 raise ValueError(status)
+            for field in ("max_error", "items", "bytes"):  # numbers or null: the report compares and divides them
+                v = c.get(field)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise TypeError(field)
             records.append(Record(
                 kernel=str(c["kernel"]), backend=str(c["backend"]), device_key=str(c["device_key"]),
                 size=int(c["size"]), status=status, config=dict(c.get("config") or {}),

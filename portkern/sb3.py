@@ -25,6 +25,10 @@ from .backends import Backend
 __all__ = ["PortkernVecEnv", "make_vec_env"]
 
 
+#: step_wait()'s "no step_async since the last step" (None is an action value, which env.step rejects by name).
+_NO_ACTIONS = object()
+
+
 class PortkernVecEnv(VecEnv):
     """A ``portkern.step.VectorEnv`` behind SB3's ``VecEnv`` API, with SB3's conventions (as ``DummyVecEnv``):
 
@@ -53,7 +57,7 @@ class PortkernVecEnv(VecEnv):
                 f"make the env with autoreset='same_step', got {env.autoreset!r}"
             )
         self.env = env
-        self._actions: Any = None
+        self._actions: Any = _NO_ACTIONS
         super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -72,10 +76,10 @@ class PortkernVecEnv(VecEnv):
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
-        if self._actions is None:
+        if self._actions is _NO_ACTIONS:
             raise RuntimeError("step_wait() called without step_async(actions)")
-        obs, reward, terminated, truncated = self.env.step(self._actions)
-        self._actions = None
+        actions, self._actions = self._actions, _NO_ACTIONS  # taken even when env.step rejects them
+        obs, reward, terminated, truncated = self.env.step(actions)
         # Copies: the env reuses these device buffers on the next call.
         obs, term, trunc = self._host(obs), self._host(terminated), self._host(truncated)
         rewards = self._host(reward).astype(np.float32, copy=False)
@@ -140,6 +144,8 @@ class PortkernVecEnv(VecEnv):
         return [None for _ in range(self.num_envs)]  # portkern envs do not render
 
     def _indices(self, indices: VecEnvIndices) -> list[int]:
+        if indices is not None and not isinstance(indices, (int, np.integer)) and not hasattr(indices, "__iter__"):
+            raise TypeError(f"indices: expected None, an env index or an iterable of them, got {type(indices).__name__}")
         idx = list(self._get_indices(indices))
         bad = [i for i in idx if isinstance(i, bool) or not isinstance(i, (int, np.integer))
                or not 0 <= i < self.num_envs]  # fmt: skip
@@ -172,6 +178,8 @@ def make_vec_env(
     the training logs), as SB3's ``make_vec_env`` wraps each env in a ``Monitor``.
     ``seed=None`` draws a fresh 32-bit seed from OS entropy.
     """
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id: expected a portkern env id such as 'CartPole-v1', got {type(env_id).__name__} {env_id!r}")
     if seed is None:
         seed = int(np.random.SeedSequence().generate_state(1)[0])
     env = step.make(env_id.removeprefix("portkern/"), n_envs, backend=backend, device=device, seed=seed,

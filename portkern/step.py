@@ -208,13 +208,29 @@ class VectorEnv:
         steps = int_arg("steps", steps, 1, 2**31 - 1)
         if buffer is None:
             buffer = self._own_rollout_buffer(steps, path == "host")
+        elif not isinstance(buffer, RolloutBuffer):
+            raise TypeError(f"buffer: expected a RolloutBuffer (env.rollout_buffer(steps)), got {type(buffer).__name__}")
         elif buffer.steps != steps or tuple(buffer.rewards.shape) != (steps, self.num_envs):
             raise ValueError(
                 f"buffer: expected a rollout buffer for ({steps}, {self.num_envs}) steps x envs, "
                 f"got {tuple(buffer.rewards.shape)}"
             )
         if path == "host":
-            self._rollout_host(steps, policy, buffer)
+            fields = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
+            if all(isinstance(getattr(buffer, f), np.ndarray) for f in fields):
+                self._rollout_host(steps, policy, buffer)
+                return buffer
+            # A device buffer (env.rollout_buffer(steps)) on the host path: the host loop writes a host buffer
+            # (item assignment, which not every backend's arrays take), copied into the given one at the end.
+            for f in fields:
+                a = getattr(buffer, f)
+                if not self.backend.holds(a):
+                    raise TypeError(f"buffer.{f}: expected a NumPy array or an array of this env's {self.backend.name} "
+                                    f"device, got {type(a).__module__}.{type(a).__name__}")  # fmt: skip
+            staging = self._own_rollout_buffer(steps, True)
+            self._rollout_host(steps, policy, staging)
+            for f in fields:
+                setattr(buffer, f, self.backend.assign(getattr(buffer, f), getattr(staging, f)))
             return buffer
         spl = steps if steps_per_launch is None else int_arg("steps_per_launch", steps_per_launch, 1, steps)
         if path == "device":
@@ -276,7 +292,9 @@ class VectorEnv:
 
     def _check_actions(self, actions: Any) -> Any:
         n, spec = self.num_envs, self.spec
-        native = self.backend.owns(actions) and not isinstance(actions, np.ndarray)
+        # The backend's own array on this env's device or context; one of another (a PoCL array handed to an
+        # Intel env) goes through the host: a kernel given a buffer of another context crashes the process.
+        native = self.backend.holds(actions) and not isinstance(actions, np.ndarray)
         if spec.is_discrete:
             expected = f"int array of shape ({n},) with values in [0, {spec.discrete_actions})"
             if native and dtype_of(actions) == np.int32 and tuple(actions.shape) == (n,):
@@ -316,20 +334,7 @@ class VectorEnv:
         return self._actions
 
     def _host_actions(self, actions: Any, expected: str) -> np.ndarray:
-        if isinstance(actions, np.ndarray):
-            return actions
-        if self.backend.owns(actions):
-            return self.backend.to_host(actions)
-        if hasattr(actions, "__array__") or isinstance(actions, (list, tuple, int, float)):
-            try:
-                return np.asarray(actions)
-            except Exception:
-                pass
-        try:
-            # An array of another backend (e.g. a CuPy array handed to an OpenCL env): copy via host.
-            return backend_of(actions).to_host(actions)
-        except TypeError:
-            raise TypeError(f"actions: expected {expected}, got {type(actions).__name__}") from None
+        return _host_array("actions", actions, self.backend, expected)
 
     # ---- state access ------------------------------------------------------------------------
     def get_state(self) -> dict[str, np.ndarray]:
@@ -344,7 +349,7 @@ class VectorEnv:
         n, d = self.num_envs, self.spec.state_dim
         host_state = host_steps = None
         if state is not None:
-            host_state = np.asarray(state)
+            host_state = _host_array("state", state, self.backend, f"a float array of shape ({n}, {d})")
             if host_state.dtype.kind not in "fiu":
                 raise TypeError(f"state: expected a float array of shape ({n}, {d}), got {describe(host_state)}")
             if host_state.shape != (n, d):
@@ -354,6 +359,13 @@ class VectorEnv:
                 )
             if not np.isfinite(host_state).all():
                 raise ValueError("state: expected finite values, got NaN or inf")
+            if host_state.dtype.kind == "f" and host_state.dtype.itemsize > self.dtype.itemsize:
+                big = np.abs(host_state) > np.finfo(self.dtype).max
+                if big.any():  # finite in float64, inf once stored in the env's float32
+                    raise ValueError(
+                        f"state: expected values within the range of {self.dtype.name} (+-{np.finfo(self.dtype).max:.4g}), "
+                        f"got {host_state[big][0]!r}"
+                    )
             if self.spec.state_limit is not None:
                 limit = np.asarray(self.spec.state_limit)
                 over = np.abs(host_state) > limit
@@ -364,7 +376,7 @@ class VectorEnv:
                         f"got {host_state[over.any(axis=1), j][0]!r}"
                     )
         if steps is not None:
-            host_steps = np.asarray(steps)
+            host_steps = _host_array("steps", steps, self.backend, f"an int array of shape ({n},)")
             limit = self.spec.max_episode_steps
             if host_steps.dtype.kind not in "iu":
                 raise TypeError(f"steps: expected an int array of shape ({n},), got {describe(host_steps)}")
@@ -424,6 +436,28 @@ class VectorEnv:
             f"VectorEnv({self.spec.id!r}, num_envs={self.num_envs}{structure}, backend={self.backend.name!r}, "
             f"device={self.backend.device_name!r}, dtype={self.dtype.name!r}, autoreset={self.autoreset!r})"
         )
+
+
+def _host_array(name: str, a: Any, own: Backend, expected: str) -> np.ndarray:
+    """``a`` as a host NumPy array: a NumPy array as it is, any backend's array (``own``'s on its device, or
+    another backend's or device's, e.g. a PoCL array handed to an Intel env) copied from its device, a list
+    or scalar through NumPy; anything else a TypeError naming ``name``."""
+    if isinstance(a, np.ndarray):
+        return a
+    try:
+        if own.holds(a):
+            return own.to_host(a)
+        if not isinstance(a, (list, tuple, int, float, complex, str, bytes)) and a is not None:
+            try:  # an array of another backend, or of this one on another device or context
+                return np.asarray(backend_of(a).to_host(a))
+            except TypeError:
+                pass
+        host = np.asarray(a)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise TypeError(f"{name}: expected {expected}, got {type(a).__name__} ({exc})") from None
+    if host.dtype == object:
+        raise TypeError(f"{name}: expected {expected}, got {type(a).__name__} of Python objects")
+    return host
 
 
 def _gym_spaces():

@@ -34,6 +34,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 import numpy as np
 import pytest
 
+from tests import _hypothesis_profiles  # noqa: F401  (the fuzz suites' profiles, before --hypothesis-profile is read)
+
 from portkern.backends import get_backend, names, probe
 
 #: Backends a CPU-only machine with the test extra installed can always run: CI fails, never
@@ -167,7 +169,7 @@ def pytest_xdist_auto_num_workers(config):
 #: Test modules that take longest (a bench or training run, Ray, compiles), longest first: with one worker per core
 #: and each module on one worker (``--dist loadfile``), starting these first keeps a long one from being the last
 #: to start while the other workers sit idle (longest-first packing). Measured on the 2-core development VM.
-LONGEST_FIRST = ("test_train_parallel", "test_bench_journal", "test_portability_cli", "test_chain_env", "test_train",
+LONGEST_FIRST = ("test_port_check", "test_train_parallel", "test_bench_journal", "test_portability_cli", "test_chain_env", "test_train",
                  "test_ray_grid", "test_portability_intervals", "test_opencl_tuning", "test_add_env", "test_jax_backend",
                  "test_train_jax_chain", "test_train_resume", "test_torch_backend", "test_train_compiled_collect")
 

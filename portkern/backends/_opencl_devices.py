@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _opencl_drivers
+
 try:  # optional dependency (the backend's probe() reports it missing); opencl.py registers drivers first
     import pyopencl as cl
 except ImportError:  # pragma: no cover - exercised only where pyopencl is absent
@@ -38,9 +40,14 @@ _DEFAULT_CPU_PLATFORMS = ("pocl",)
 
 
 def _all_devices() -> list[tuple[Any, Any]]:
-    """Every (platform, device) pair; an ICD loader without platforms raises cl.Error, read as none."""
+    """Every (platform, device) pair; an ICD loader without platforms raises cl.Error, read as none.
+
+    The first listing of the process opens every driver the ICD loader finds: a driver whose LLVM would
+    clash with an LLVM already loaded (Mesa's, after a window was opened) is left out of it, with a
+    warning (_opencl_drivers.llvm_clash_guard), instead of aborting the process."""
     try:
-        platforms = cl.get_platforms()
+        with _opencl_drivers.llvm_clash_guard():
+            platforms = cl.get_platforms()
     except cl.Error:
         return []
     found = []
@@ -136,6 +143,11 @@ def _select_device(want: str | None) -> tuple[Any, Any]:
                 if rule(p, d):
                     return p, d
         listed = "; ".join(_label(p, d) for p, d in found) or "none"
+        for name, why in _opencl_drivers.left_out().items():
+            if key == name or name in key or (len(key) >= 4 and key in name):  # "oclgrind", "Oclgrind Simulator"
+                raise RuntimeError(
+                    f"device: {want!r} names the {name} OpenCL driver, which portkern left out of this process: {why}"
+                )
         if key in _KNOWN_IDS:
             # An implementation's short id names that platform, never a device of another whose name
             # happens to contain the word (PoCL's "pthread-Intel(R) Xeon" is not Intel's runtime).

@@ -417,6 +417,11 @@ def normalize(x, out, eps: float, acc_dtype: torch.dtype | None) -> None:
     accumulated in float64 around it). ``out`` may be x: the statistics come first."""
     if acc_dtype is None:  # no casts at all: the public call's whole cost is these four ops at small sizes
         mean, std = x.mean(), x.std(correction=0)
+        if x.dtype != torch.float64 and not bool(torch.isfinite(mean) & torch.isfinite(std)):
+            # x's own dtype overflowed (a float32 sum past 3.4e38, of finite elements or not): the statistics in
+            # float64, as the reference takes them (only then: the cast costs more than the op)
+            xa = x.to(torch.float64)
+            mean, std = xa.mean().to(x.dtype), xa.std(correction=0).to(x.dtype)
     else:
         xa = x.to(acc_dtype)
         mean, std = xa.mean().to(x.dtype), xa.std(correction=0).to(x.dtype)

@@ -163,7 +163,7 @@ class NumbaBackend(Backend):
         return cuda.device_array(tuple(shape), np.dtype(dtype))
 
     def from_host(self, a):
-        return cuda.to_device(np.ascontiguousarray(a))
+        return cuda.to_device(np.require(a, requirements="C"))  # a 0-d array stays 0-d
 
     def to_host(self, a):
         return a.copy_to_host()

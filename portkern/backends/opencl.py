@@ -105,9 +105,10 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
             return Probe(False, f"pyopencl is not installed: {_INSTALL_HINT}")
         found = _all_devices()
         if not found:
+            left = "".join(f"; {name} left out: {why}" for name, why in _opencl_drivers.left_out().items())
             return Probe(
                 False,
-                f"pyopencl installed but no OpenCL platform/device found ({_INSTALL_HINT} brings PoCL)",
+                f"pyopencl installed but no OpenCL platform/device found ({_INSTALL_HINT} brings PoCL){left}",
             )
         return Probe(
             True,
@@ -274,8 +275,10 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         return a
 
     def from_host(self, a):
-        host = np.ascontiguousarray(a)
+        host = np.require(a, requirements="C")  # its shape kept: np.ascontiguousarray makes a 0-d array 1-d
         dev = self._empty(host.shape, host.dtype)
+        if host.size == 0:  # nothing to copy (pyopencl's set() refuses an empty array's strides)
+            return dev
         try:
             dev.set(host, queue=self.queue)
         except cl.Error as exc:
@@ -299,8 +302,15 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
         # An array of another context (another device or instance) cannot be passed to this one's kernels.
         return self.owns(a) and a.context == self.context
 
+    def _check_array(self, a: Any, what: str, dtype: Any = None, shape: tuple[int, ...] | None = None) -> None:
+        super()._check_array(a, what, dtype, shape)
+        if a.context != self.context:  # a kernel given another context's buffer crashes the driver (segfault)
+            raise TypeError(f"{what}: this opencl array lives on another device or context than {self.device_name}")
+
     @staticmethod
-    def _span(a: Any) -> tuple[Any, int, int]:
+    def _span(a: Any) -> tuple[Any, int, int] | None:
+        if a.base_data is None:  # an empty array has no buffer: it overlaps nothing
+            return None
         return a.base_data.int_ptr, a.offset, a.offset + a.nbytes
 
     @classmethod

@@ -16,6 +16,7 @@ reads the params by name from a 1-D array of that library (on its device).
 from __future__ import annotations
 
 import math
+import numbers
 import types
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -466,12 +467,14 @@ class EnvSpec:
                     f"params: {self.id} has no parameter {name!r}{derived}; valid names: "
                     f"{', '.join(sorted(declared))}"
                 )
-            if isinstance(value, bool):
-                raise TypeError(f"params[{name!r}]: expected a number, got {value!r}")
+            if isinstance(value, (bool, str, bytes)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+                raise TypeError(f"params[{name!r}]: expected a number, got {type(value).__name__} {value!r}")
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"params[{name!r}]: expected a number, got {value!r}") from None
+            except OverflowError:  # an int beyond float's range
+                raise ValueError(f"params[{name!r}]: expected a finite number, got an int of {value.bit_length()} bits") from None
             ok, words = DOMAINS[declared[name].domain]
             if not ok(value):
                 raise ValueError(f"params[{name!r}]: expected {words} ({declared[name].domain}), got {value!r}")

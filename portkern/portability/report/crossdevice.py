@@ -257,26 +257,26 @@ def parse_prices(items: list[str], devices: Mapping[str, Any]) -> dict[str, floa
     DEVICE is a device key, a substring of the keys of one piece of hardware (all its drivers get the price:
     a price is per hour of the hardware), an OpenCL implementation (pocl, intel: every device of that platform)
     or ``host`` (every CPU without a driver layer: NumPy and torch there)."""
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, str, str]] = []  # (device, rate, where it was given: "" on the line, " in FILE")
     for item in items:
         if "=" not in item and Path(item).is_file():
             data = read_option_json("--price", item, "{DEVICE: RATE}")
             if not isinstance(data, dict):
                 raise ValueError(f"--price {item}: expected a JSON object {{DEVICE: RATE}}")
-            pairs += [(str(k), str(v)) for k, v in data.items()]
+            pairs += [(str(k), str(v), f" in {item}") for k, v in data.items()]
         elif "=" in item:
             k, v = item.rsplit("=", 1)
-            pairs.append((k.strip(), v.strip()))
+            pairs.append((k.strip(), v.strip(), ""))
         else:
             raise ValueError(f"--price {item!r}: expected DEVICE=RATE (price per device-hour) or a JSON file")
     out: dict[str, float] = {}
-    for name, value in pairs:
+    for name, value, where in pairs:
         try:
             rate = float(value)
         except ValueError:
-            raise ValueError(f"--price {name}={value}: RATE must be a number (price per device-hour)") from None
+            raise ValueError(f"--price {name}={value}{where}: RATE must be a number (price per device-hour)") from None
         if not (math.isfinite(rate) and rate >= 0):
-            raise ValueError(f"--price {name}={value}: RATE must be a finite number >= 0")
+            raise ValueError(f"--price {name}={value}{where}: RATE must be a finite number >= 0")
         for d in _match(name, devices):
             out[d] = rate
     return out

@@ -59,6 +59,8 @@ def parse_mix(text: str) -> dict[str, dict[str, float]]:
             raise ValueError(f"--mix {text}: expected a JSON object {{name: {{kernel: share}}}}, got {type(mixes).__name__}")
         if "schema" in mixes:
             mixes = read_mixes(mixes, f"--mix {text}")[0]
+        check_mixes(mixes, f"--mix {text}")  # the file named in what is wrong with it
+        return mixes
     check_mixes(mixes, "--mix")
     return mixes
 

@@ -88,6 +88,12 @@ def load_train(path: str | Path) -> dict[str, Any]:
             raise fail(f"'config.tasks.{env_id}' must be an object with 'target' (a number) and 'ppo' (an object)")
     if not doc["runs"]:
         raise fail("'runs' is empty: the file holds no training run")
+    for key, ident in doc["devices"].items():
+        if not isinstance(ident, dict):
+            raise fail(f"'devices.{key}' must be an object (the device's identity), got {type(ident).__name__}")
+    for task_id, primes in doc["prime_s"].items():
+        if not isinstance(primes, dict):
+            raise fail(f"'prime_s.{task_id}' must be an object of stack -> seconds, got {type(primes).__name__}")
     phases = list(doc["phases"])
     parts = list(doc["update_parts"])
     for i, r in enumerate(doc["runs"]):
@@ -108,6 +114,15 @@ def load_train(path: str | Path) -> dict[str, Any]:
             raise fail(f"{where}.wall_s must be a number > 0, got {r['wall_s']!r}")
         if not (math.isfinite(r["steps_per_s"]) and r["steps_per_s"] >= 0):
             raise fail(f"{where}.steps_per_s must be a number >= 0, got {r['steps_per_s']!r}")
+        for j, point in enumerate(r["curve"]):  # [update, env steps, seconds, window mean return, last return]
+            if not isinstance(point, list) or not all(v is None or _is(v, (int, float)) for v in point):
+                raise fail(f"{where}.curve[{j}] must be a list of numbers (or nulls), got {point!r}")
+        per_policy = r.get("device_seconds_per_policy")  # optional (files from before K-seed batches)
+        if per_policy is not None and not (_is(per_policy, (int, float)) and math.isfinite(per_policy) and per_policy > 0):
+            raise fail(f"{where}.device_seconds_per_policy must be a number > 0 or null, got {per_policy!r}")
+        k = r.get("parallel_seeds")
+        if k is not None and not (_is(k, int) and k >= 1):
+            raise fail(f"{where}.parallel_seeds must be an integer >= 1 or null, got {k!r}")
         for name, keys, got in (("phases", phases, r["phases"]), ("update_parts", parts, r["update_parts"])):
             lacking = [k for k in keys if k not in got]
             if lacking:
