@@ -66,3 +66,17 @@ def test_the_shipped_data_cites_only_folders_marked_as_feeding_it() -> None:
     for path in (ROOT / "portkern" / "data").glob("*.json"):
         for folder in set(re.findall(r"bench/results/([A-Za-z0-9._-]+)", path.read_text())):
             assert rows[folder][0] == "feeds shipped data", f"{path.name} cites {folder}, marked {rows[folder][0]}"
+
+
+def test_the_install_commands_the_docs_give_are_what_ci_installs() -> None:
+    """The apt packages the README and the port-check page tell a user to install are the ones the toolchains
+    need (portkern.toolchains.base.APT_PACKAGES) and the ones CI installs (.ci/apt-packages.txt)."""
+    from portkern.toolchains.base import APT_PACKAGES
+
+    ci = set((ROOT / ".ci" / "apt-packages.txt").read_text().split())
+    assert set(APT_PACKAGES) <= ci
+    for page in (ROOT / "README.md", ROOT / "docs" / "port-check.md"):
+        text = re.sub(r"\s*\\?\n\s*", " ", page.read_text())
+        lines = re.findall(r"apt-get install --no-install-recommends ([a-z0-9 .+-]+)", text)
+        assert lines, page.name
+        assert {p for line in lines for p in line.split()} >= set(APT_PACKAGES), page.name
