@@ -210,15 +210,20 @@ _eps = st.one_of(st.floats(0, 1), st.sampled_from([1e-8, float("nan"), float("in
                  st.just(np.float64(1e-5)))  # fmt: skip
 
 
+def _backend_and_x(pair, data, shape_label):
+    """The backend of ``pair`` and an input x drawn for it: 1-3 dims, float32 (float64 where the device has it)."""
+    b = open_backend(pair)
+    ndim = data.draw(st.integers(1, 3), label="ndim")
+    shape = data.draw(_shape(b, ndim), label=shape_label)
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]) if b.supports_float64 else st.just(np.float32))
+    return b, shape, dtype, data.draw(_array(b, shape, dtype), label="x")
+
+
 @pytest.mark.parametrize("pair", PAIRS)
 @given(data=st.data())
 @fuzz(15)
 def test_normalize(pair, data):
-    b = open_backend(pair)
-    ndim = data.draw(st.integers(1, 3), label="ndim")
-    shape = data.draw(_shape(b, ndim), label="shape")
-    dtype = data.draw(st.sampled_from([np.float32, np.float64]) if b.supports_float64 else st.just(np.float32))
-    x = data.draw(_array(b, shape, dtype), label="x")
+    b, shape, dtype, x = _backend_and_x(pair, data, "shape")
     eps = data.draw(_eps, label="eps")
     in_place = data.draw(st.booleans(), label="out=x")
     out = x if in_place and b.owns(x) and not b.immutable_arrays else _out(data.draw, b, shape, dtype, [])
@@ -246,11 +251,7 @@ def test_normalize(pair, data):
 @given(data=st.data())
 @fuzz(15)
 def test_gather(pair, data):
-    b = open_backend(pair)
-    ndim = data.draw(st.integers(1, 3), label="ndim")
-    shape = data.draw(_shape(b, ndim), label="x shape")
-    dtype = data.draw(st.sampled_from([np.float32, np.float64]) if b.supports_float64 else st.just(np.float32))
-    x = data.draw(_array(b, shape, dtype), label="x")
+    b, shape, dtype, x = _backend_and_x(pair, data, "x shape")
     m = shape[0]
     count = 3 if _compiling(b) and not long_profile() else data.draw(st.integers(0, 7))
     idx_values = data.draw(st.lists(st.one_of(st.integers(0, m - 1), st.sampled_from([-1, m, 2**31 - 1, -(2**31)])),

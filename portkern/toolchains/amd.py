@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .._paths import cache_root
 from .targets import CUDA_BLOCK
-from .base import APT_INSTALL, BuildFailed, KernelResult, Tool, first_error, run, version_line, which
+from .base import APT_INSTALL, BuildFailed, first_error, KernelResult, run, staged, Tool, version_line, which
 
 CLANG = ("clang-19", "clang")
 #: Where distributions put ROCm's device-library bitcode (Debian/Ubuntu, ROCm's own packages).
@@ -169,12 +169,9 @@ def build(source: str, filename: str, target: str, options: tuple[str, ...], api
           targets: tuple[str, ...] = tuple(WAVE)) -> list[KernelResult]:  # fmt: skip
     """Build ``source`` (OpenCL C, or CUDA C as HIP) for ``target``; the kernels' resource figures."""
     tool = find(targets)
-    if not tool:
-        raise BuildFailed(tool.missing())
     libs, _ = device_libs(tool.path, targets)
-    with tempfile.TemporaryDirectory(prefix="portkern-amd-") as tmp:
-        src = Path(tmp) / filename
-        src.write_text(source)
+    with staged(tool, source, filename) as src:
+        tmp = str(src.parent)
         if api == "opencl":
             cmd = [tool.path, *OCL_FLAGS, "-target", "amdgcn-amd-amdhsa", f"-mcpu={target}", "-c"]
         else:  # assembly: -c would want clang-offload-bundler, and the remarks come from code generation anyway

@@ -10,6 +10,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,3 +113,16 @@ def version_line(path: str, *args: str) -> str:
         return "unknown"
     text = (out.stdout or out.stderr).strip().splitlines()
     return text[0].strip() if text else "unknown"
+
+
+@contextmanager
+def staged(tool: Tool, source: str, filename: str) -> Iterator[Path]:
+    """``source`` written as ``filename`` in a fresh temporary folder (removed afterwards), for ``tool`` to
+    compile there: the path of the file. A compiler that is not here raises BuildFailed saying how to
+    install it, before anything is written."""
+    if not tool:
+        raise BuildFailed(tool.missing())
+    with tempfile.TemporaryDirectory(prefix=f"portkern-{tool.name}-") as tmp:
+        src = Path(tmp) / filename
+        src.write_text(source)
+        yield src

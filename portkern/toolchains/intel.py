@@ -16,7 +16,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from .base import APT_INSTALL, BuildFailed, KernelResult, Tool, first_error, run, which
+from .base import APT_INSTALL, BuildFailed, first_error, KernelResult, run, staged, Tool, which
 
 #: ocloc's build options besides the build's own (as the OpenCL backend builds: OpenCL C 1.2).
 FLAGS = ("-cl-std=CL1.2",)
@@ -87,11 +87,8 @@ _SPILL = re.compile(r"kernel (\S+)\s+compiled SIMD(\d+) allocated (\d+) regs and
 
 def build(source: str, filename: str, target: str, options: tuple[str, ...]) -> list[KernelResult]:
     tool = find()
-    if not tool:
-        raise BuildFailed(tool.missing())
-    with tempfile.TemporaryDirectory(prefix="portkern-ocloc-") as tmp:
-        src = Path(tmp) / filename
-        src.write_text(source)
+    with staged(tool, source, filename) as src:
+        tmp = str(src.parent)
         res = run([tool.path, "compile", "-file", str(src), "-device", target, "-options",
                    " ".join((*FLAGS, *options)), "-output", "k", "-out_dir", tmp], cwd=tmp)  # fmt: skip
         text = res.stdout + res.stderr

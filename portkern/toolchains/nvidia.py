@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 from ..backends._cuda_tools import NVCC_HINT, find_nvcc
-from .base import BuildFailed, KernelResult, Tool, first_error, run
+from .base import BuildFailed, first_error, KernelResult, run, staged, Tool
 
 #: The flags the backends build with (contraction off, subnormals kept; tests/test_cuda_compile.py).
 FLAGS = ("--fmad=false", "-ftz=false", "--std=c++17")
@@ -56,11 +55,8 @@ def parse_ptxas(text: str) -> list[KernelResult]:
 
 def build(source: str, filename: str, target: str, options: tuple[str, ...]) -> list[KernelResult]:
     tool = find()
-    if not tool:
-        raise BuildFailed(tool.missing())
-    with tempfile.TemporaryDirectory(prefix="portkern-nvcc-") as tmp:
-        src = Path(tmp) / filename
-        src.write_text(source)
+    with staged(tool, source, filename) as src:
+        tmp = str(src.parent)
         res = run([tool.path, f"-arch={target}", "-cubin", "-Xptxas", "-v", *FLAGS, *options,
                    "-o", str(Path(tmp) / "out.cubin"), str(src)], cwd=tmp)  # fmt: skip
     if res.returncode:

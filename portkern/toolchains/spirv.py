@@ -11,11 +11,10 @@ ones were rejected. No registers: SPIR-V is not machine code.
 from __future__ import annotations
 
 import struct
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from .base import APT_INSTALL, BuildFailed, KernelResult, Tool, first_error, run, version_line, which
+from .base import APT_INSTALL, BuildFailed, first_error, KernelResult, run, staged, Tool, version_line, which
 
 LEVELS = ("-O2", "-O1", "-O0")
 
@@ -51,13 +50,10 @@ def entry_points(spv: bytes) -> list[str]:
 def compile_spirv(source: str, filename: str, options: tuple[str, ...]) -> tuple[bytes, str, list[str]]:
     """(SPIR-V module, the -O level used, why each higher level was rejected) for an OpenCL C source."""
     tool = find()
-    if not tool:
-        raise BuildFailed(tool.missing())
     translator, val = which("llvm-spirv-15", "llvm-spirv"), which("spirv-val")
     rejected: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="portkern-spirv-") as tmp:
-        src = Path(tmp) / filename
-        src.write_text(source)
+    with staged(tool, source, filename) as src:
+        tmp = str(src.parent)
         for level in LEVELS:
             bc, spv = Path(tmp) / f"k{level}.bc", Path(tmp) / f"k{level}.spv"
             res = run([tool.path, "-x", "cl", "-cl-std=CL1.2", "-target", "spir64", level, "-c", "-emit-llvm",

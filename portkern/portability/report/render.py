@@ -82,13 +82,7 @@ def _training_only_markdown(rep: dict[str, Any]) -> str:
     if found:
         out += [f"## {SUMMARY_TITLE}", "", f"1. **{found['title']}**: {found['text']}", ""]
     out += training.markdown(rep["training"])
-    if rep.get("gpu_bench"):
-        out += gpu_bench.markdown(rep["gpu_bench"])
-    if rep.get("port_readiness"):  # compiled, not run: after everything that ran
-        out += port_readiness.markdown(rep["port_readiness"])
-    out += plots_markdown(rep)
-    out += ["", "## Definitions", ""] + [f"* **{k}**: {v}" for k, v in rep["definitions"].items()]
-    return "\n".join(out) + "\n"
+    return _closing(rep, out)
 
 
 SUMMARY_TITLE = "Summary"
@@ -336,6 +330,12 @@ def markdown(rep: dict[str, Any]) -> str:
     else:
         out += ["No pair of devices with a knob search for the same backend in these runs: run `portkern tune` "
                 "on two or more devices and pass all the run files."]
+    return _closing(rep, out)
+
+
+def _closing(rep: dict[str, Any], out: list[str]) -> str:
+    """The report's last sections after what ran: the GPU measurements, the port readiness (compiled, not
+    run), the plots and the definitions; the whole markdown."""
     if rep.get("gpu_bench"):
         out += gpu_bench.markdown(rep["gpu_bench"])
     if rep.get("port_readiness"):  # compiled, not run: after everything that ran
