@@ -31,7 +31,7 @@ from tests._hypothesis_profiles import fuzz
 
 _REPO = Path(__file__).resolve().parent.parent
 _RUN = _REPO / "tests" / "data" / "run-ci-vm-paths-tiny.json"
-_TRAIN = _REPO / "bench" / "results" / "train-chain-epyc" / "train.json"
+_TRAIN = Path(__file__).parent / "data" / "mixes-source-workload_mixes_chain.json"  # a committed train.json
 _CONFIG = _REPO / "portkern" / "data" / "train_configs.json"
 _MIXES = _REPO / "portkern" / "data" / "workload_mixes.json"
 _TABLE = _REPO / "portkern" / "data" / "tuned_defaults.json"
