@@ -616,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [t["section"] for t in _TIMINGS if t["status"] in ("error", "timeout")]
     print(f"wrote {path} ({len(_TIMINGS)} sections in {results['process_seconds']:.1f} s"
           + (f"; failed: {', '.join(failed)})" if failed else ")"))  # fmt: skip
+    for key in failed:  # the reason in the step's log too, not only in the JSON (a lease may end before read-back)
+        print(f"  {key}: {str((results.get(key) or {}).get('error', '?')).splitlines()[0][:300]}")
     return 1 if args.strict and failed else 0
 
 
