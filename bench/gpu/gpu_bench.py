@@ -107,9 +107,14 @@ def _alarm(signum: int, frame: Any) -> None:  # noqa: ARG001 - the signal handle
     raise SectionTimeout("past its declared limit")
 
 
+#: Every section run so far: key -> (its function, its limit), for the rehearsal's one retry of an error.
+_SECTIONS: dict[str, tuple[Callable[[], Any], float]] = {}
+
+
 def section(results: dict[str, Any], key: str, fn: Callable[[], Any], limit: float = 60.0) -> None:
     """Run one measurement, bounded by ``limit`` seconds (and the process's --budget-s); a failure or a timeout
     is recorded (one line + traceback tail), never fatal."""
+    _SECTIONS[key] = (fn, limit)
     t0 = time.perf_counter()
     if t0 > _DEADLINE[0]:
         results[key] = {"skipped": "out of the run's time budget (--budget-s)"}
@@ -613,8 +618,22 @@ def main(argv: list[str] | None = None) -> int:
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     results["process_seconds"] = round(time.perf_counter() - _T0, 3)
     save()
-    failed = [t["section"] for t in _TIMINGS if t["status"] in ("error", "timeout")]
-    print(f"wrote {path} ({len(_TIMINGS)} sections in {results['process_seconds']:.1f} s"
+    if args.strict:  # the rehearsal: a section that raised runs once more (a harness slip fails both times; the
+        # CPU stand-ins, Numba's simulator above all, have failed a section once and passed the next run)
+        for key in [t["section"] for t in _TIMINGS if t["status"] == "error"]:
+            first = results[key]["error"]
+            section(results, key, *_SECTIONS[key])
+            if _TIMINGS[-1]["status"] == "skipped":
+                results[key]["error"] = first
+            if _TIMINGS[-1]["status"] == "ok":
+                print(f"  {key}: passed on its second attempt; the first raised {first}")
+                results[key] = {**results[key], "first_attempt_error": first} if isinstance(results[key], dict) \
+                    else {"value": results[key], "first_attempt_error": first}
+        save()
+    last = {t["section"]: t["status"] for t in _TIMINGS}  # a retried section: its last attempt
+    # a retry that could not run (out of the budget) leaves the first error standing
+    failed = [k for k, st in last.items() if st in ("error", "timeout") or (st == "skipped" and "error" in results[k])]
+    print(f"wrote {path} ({len(last)} sections in {results['process_seconds']:.1f} s"
           + (f"; failed: {', '.join(failed)})" if failed else ")"))  # fmt: skip
     for key in failed:  # the reason in the step's log too, not only in the JSON (a lease may end before read-back)
         print(f"  {key}: {str((results.get(key) or {}).get('error', '?')).splitlines()[0][:300]}")
