@@ -42,10 +42,6 @@ from .names import base_kernel
 SHIPPED_TABLE = Path(tuning.__file__).parent / "data" / "tuned_defaults.json"
 
 
-def shipped_table() -> Path:
-    return SHIPPED_TABLE
-
-
 def selects(name: str, kernel: str) -> bool:
     """Whether ``--kernels`` entry ``name`` selects ``kernel``: the kernel itself or a family of it (the name
     is a prefix before a ``:``), a name without structural values selecting the kernel at every value."""
@@ -230,7 +226,7 @@ def merge(row_name: str, run_paths: Sequence[str | Path], kernels: Sequence[str]
           table: str | Path | None = None) -> MergeResult:  # fmt: skip
     """Merge the tune runs' winners into row ``row_name`` of ``table`` (default: the checkout's shipped table)
     and write it back, atomically, when something changed. Everything is checked before the file is touched."""
-    path = Path(table) if table is not None else shipped_table()
+    path = Path(table) if table is not None else SHIPPED_TABLE
     data = read_table(path)
     rows = data.get("rows", {})
     if row_name not in rows:
@@ -244,7 +240,7 @@ def merge(row_name: str, run_paths: Sequence[str | Path], kernels: Sequence[str]
     if changes:
         write_atomically(path, json.dumps(data, indent=1) + "\n")
         result.written = True
-        if path.resolve() == shipped_table().resolve():
+        if path.resolve() == SHIPPED_TABLE.resolve():
             tuning.table.cache_clear()  # this process reads the new table from now on
     return result
 
