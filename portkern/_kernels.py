@@ -136,7 +136,10 @@ def mlp_build_width(kind: int, hidden: int) -> int | None:
     return int(hidden) if kind == 1 else None
 
 
-def mlp_width_option(kind: int, hidden: int, prefix: str = "-D") -> tuple[str, ...]:
-    """:func:`mlp_build_width` as a build option (none for the random policy)."""
-    width = mlp_build_width(kind, hidden)
-    return () if width is None else (f"{prefix}PK_MLP_HIDDEN={width}",)
+def mlp_width_option(kind: int, hidden: int, prefix: str = "-D", fixed: bool = True) -> tuple[str, ...]:
+    """The build option of a policy's kernels (pk_policy.h, pk_policy.cuh): ``PK_MLP_HIDDEN`` (:func:`mlp_build_width`)
+    for an MLP, or with ``fixed`` false ``PK_MLP_RUNTIME_WIDTH`` (the run-time-width build every width shares);
+    none for the random policy, whose build then has no MLP code at all."""
+    if kind != 1:
+        return ()
+    return (f"{prefix}PK_MLP_HIDDEN={mlp_build_width(kind, hidden)}",) if fixed else (f"{prefix}PK_MLP_RUNTIME_WIDTH=1",)

@@ -46,8 +46,8 @@ def _spy_widths(backend, monkeypatch) -> list[int | None]:
     def spy(kind: int, hidden: int):
         option = ask(kind, hidden)
         width = option
-        if isinstance(option, tuple):  # CUDA and OpenCL: a build option, or none
-            width = int(option[0].split("=")[1]) if option else None
+        if isinstance(option, tuple):  # CUDA and OpenCL: PK_MLP_HIDDEN=H, PK_MLP_RUNTIME_WIDTH or none (random)
+            width = int(option[0].split("=")[1]) if option and "PK_MLP_HIDDEN=" in option[0] else None
         seen.append(width)
         return option
 

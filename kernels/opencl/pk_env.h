@@ -35,14 +35,16 @@
 #define ENV_ACTIONS PK_ENV_ENTRY(_ACTIONS)
 #define ENV_ACT_HIGH PK_ENV_ENTRY(_ACT_HIGH)
 
-#include "pk_policy.h"
-
 /* Box actions of ENV_ACT_DIM components: [n, ENV_ACT_DIM] row-major in the step's actions buffer,
  * [T, n, ENV_ACT_DIM] in a rollout's out_actions, one AV per component in registers. With 1 (every
  * discrete env and 1-wide Box) an action is one AV, loaded and stored as an [n] array. */
 #ifndef ENV_ACT_DIM
 #define ENV_ACT_DIM 1
 #endif
+
+/* The MLP policy's outputs: one logit per discrete action, or the Box's components (one pass, pk_policy.h) */
+#define PK_MLP_OUTS (ENV_ACTIONS > 0 ? ENV_ACTIONS : ENV_ACT_DIM)
+#include "pk_policy.h"
 #if ENV_ACT_DIM < 1 || ENV_ACT_DIM > PK_ROWS_MAX
 #error "ENV_ACT_DIM must be from 1 to PK_ROWS_MAX"
 #endif
@@ -105,8 +107,9 @@ static inline void pk_env_reset_one(RV *s, __global int *steps, __global uint *e
  * either mode: the one code path of pk_<env>_step and pk_<env>_rollout. o is the obs each env is at
  * afterwards, fo the obs the step reached before any autoreset. Every lane runs the physics and
  * the reset draw is made only when some lane resets; per lane the result is the scalar algorithm's. */
+/* *reset: the lanes that reset on this call. */
 static inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK_ACTION, RV *o, RV *fo,
-                           RV *reward, IV *term, IV *trunc, __global const ENV_PARAMS *params,
+                           RV *reward, IV *term, IV *trunc, IV *reset, __global const ENV_PARAMS *params,
                            uint seed, int max_steps, int autoreset_mode, int base)
 {
     const IV waiting = autoreset_mode == PK_NEXT_STEP ? *needs_reset : (IV)(0);
@@ -125,6 +128,7 @@ static inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK
             s[j] = next[j];
         for (int k = 0; k < ENV_OBS; ++k)
             o[k] = fo[k];
+        *reset = done;
         if (PK_ANY(done)) {
             const UV ep1 = *ep + 1u;
             RV fresh[ENV_D], fresh_obs[ENV_OBS];
@@ -145,6 +149,7 @@ static inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK
         *needs_reset = select(te | tr, (IV)(0), waiting);
         for (int j = 0; j < ENV_D; ++j)
             s[j] = next[j];
+        *reset = waiting;
         if (PK_ANY(waiting)) {
             const UV ep1 = *ep + 1u;
             RV fresh[ENV_D];
@@ -181,6 +186,31 @@ static inline void pk_env_store(__global int *steps, __global uint *episodes, __
     pk_st_uchar(truncated, base, n, PK_FLAG(tr));
 }
 
+/* v's lanes where mask is set: the episode counters, which change only at a reset. */
+static inline void pk_st_uint_where(__global uint *a, int base, int n, UV v, IV mask)
+{
+#if PK_VW == 1
+    if (mask)
+        a[base] = v;
+#else
+    if (!PK_ANY(mask))
+        return;
+    uint t[PK_VW];
+    int m[PK_VW];
+    PK_CAT(vstore, PK_VW)(v, 0, t);
+    PK_CAT(vstore, PK_VW)(mask, 0, m);
+    for (int l = 0; l < PK_VW && base + l < n; ++l)
+        if (m[l])
+            a[base + l] = t[l];
+#endif
+}
+
+/* One step of the envs at base (kernels/README.md, "Bytes per env-step"): the state, action, step and
+ * episode counters in; the state, step counter, obs, final obs, reward and flags out. The episode counters
+ * are written only by the lanes that reset, and needs_reset is read and written only in next_step mode
+ * (same_step never sets it). Reading the episode counters only where a lane resets would save 4 bytes
+ * more, but on Intel's CPU runtime that load in a branch changed how the step was vectorised, and with it
+ * the last bit of Pendulum's cos/sin against the fused rollout's (tests/test_rollout.py). */
 static inline void pk_env_step_one(RV *s, __global int *steps, __global uint *episodes,
                             __global uchar *needs_reset, PK_ACTION, __global REAL *obs,
                             __global REAL *final_obs, __global REAL *reward,
@@ -188,14 +218,22 @@ static inline void pk_env_step_one(RV *s, __global int *steps, __global uint *ep
                             __global const ENV_PARAMS *params, uint seed, int max_steps,
                             int autoreset_mode, int base, int n)
 {
-    IV nsteps = pk_ld_int(steps, base, n), te, tr;
-    IV nr = PK_CONVERT(IV, pk_ld_uchar(needs_reset, base, n)) != (IV)(0);
+    IV nsteps = pk_ld_int(steps, base, n), te, tr, reset;
+    const int next_step = autoreset_mode == PK_NEXT_STEP;
+    IV nr = next_step ? PK_CONVERT(IV, pk_ld_uchar(needs_reset, base, n)) != (IV)(0) : (IV)(0);
     UV ep = pk_ld_uint(episodes, base, n);
     RV o[ENV_OBS], fo[ENV_OBS], r;
-    pk_env_advance(s, &nsteps, &ep, &nr, action, o, fo, &r, &te, &tr, params, seed, max_steps,
+    pk_env_advance(s, &nsteps, &ep, &nr, action, o, fo, &r, &te, &tr, &reset, params, seed, max_steps,
                    autoreset_mode, base);
-    pk_env_store(steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, nsteps,
-                 ep, nr, o, fo, r, te, tr, base, n);
+    pk_st_int(steps, base, n, nsteps);
+    pk_st_uint_where(episodes, base, n, ep, reset);
+    if (next_step)
+        pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
+    pk_st_real(reward, base, n, r);
+    pk_st_uchar(terminated, base, n, PK_FLAG(te));
+    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
 }
 
 /* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -243,7 +281,9 @@ static inline void pk_env_act(__global const float *policy, int policy_kind, int
 #ifdef PK_CPU_DEVICE
 #define PK_ROLLOUT_ONE static __attribute__((noinline))
 #else
-#define PK_ROLLOUT_ONE static inline
+/* always: clang left Chain-v0's rollout body a real call on AMD GPUs (arguments on the stack, 84 bytes of
+ * scratch, the call's 248 VGPRs) */
+#define PK_ROLLOUT_ONE static inline __attribute__((always_inline))
 #endif
 PK_ROLLOUT_ONE void pk_env_rollout_one(RV *s, __global int *steps, __global uint *episodes,
                                __global uchar *needs_reset, __global REAL *obs,
@@ -264,18 +304,22 @@ PK_ROLLOUT_ONE void pk_env_rollout_one(RV *s, __global int *steps, __global uint
     RV o[ENV_OBS], fo[ENV_OBS], r = (RV)(0.0);
     pk_ld_rows(obs, ENV_OBS, base, n, o);
     for (int t = t0; t < t0 + t_count; ++t) {
+        /* On AMD GPUs clang otherwise turned every output's address into a per-lane 64-bit pointer carried
+         * across steps (2 VGPRs a buffer, live through the policy): pinned, base is one VGPR each step. */
+        PK_PIN(base);
         const size_t row = (size_t)t * (size_t)n;
+        /* the obs stored before the policy runs: with an MLP, o need not stay in registers beside it */
+        pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
 #if ENV_ACT_DIM == 1
         const AV a = pk_env_act(policy, policy_kind, hidden, o, seed, base, ep, nsteps);
-        pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
         PK_CAT(pk_st_, ACT)(out_actions + row, base, n, a);
 #else
         AV a[ENV_ACT_DIM];
         pk_env_act(policy, policy_kind, hidden, o, seed, base, ep, nsteps, a);
-        pk_st_rows(out_obs + row * ENV_OBS, ENV_OBS, base, n, o);
         PK_CAT(pk_st_rows_, ACT)(out_actions + row * ENV_ACT_DIM, ENV_ACT_DIM, base, n, a);
 #endif
-        pk_env_advance(s, &nsteps, &ep, &nr, a, o, fo, &r, &te, &tr, params, seed, max_steps,
+        IV reset;
+        pk_env_advance(s, &nsteps, &ep, &nr, a, o, fo, &r, &te, &tr, &reset, params, seed, max_steps,
                        autoreset_mode, base);
         pk_st_real(out_rewards + row, base, n, r);
         pk_st_uchar(out_terminated + row, base, n, PK_FLAG(te));
@@ -325,11 +369,11 @@ __kernel void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
     pk_st_state(state, base, n, s);
 }
 
-__kernel void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
+__kernel PK_MLP_SIMD16 void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
     __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
     __global REAL *final_obs, __global REAL *reward, __global uchar *terminated,
-    __global uchar *truncated, __global const ENV_PARAMS *params, __global const float *policy,
-    int policy_kind, int hidden, __global REAL *out_obs, __global ACT *out_actions,
+    __global uchar *truncated, __global const ENV_PARAMS *restrict params,
+    __global const float *restrict policy, int policy_kind, int hidden, __global REAL *out_obs, __global ACT *out_actions,
     __global REAL *out_rewards, __global uchar *out_terminated, __global uchar *out_truncated,
     __global REAL *out_final_obs, uint seed, int max_steps, int autoreset_mode, int t0,
     int t_count, int n)

@@ -82,7 +82,7 @@ class CudaKernels(Backend):
     fixed_mlp_width: bool = True
 
     def _mlp_width(self, kind: int, hidden: int) -> tuple[str, ...]:
-        return mlp_width_option(kind, hidden) if self.fixed_mlp_width else ()
+        return mlp_width_option(kind, hidden, fixed=self.fixed_mlp_width)
 
     def _launch(self, fn: Any, work_items: int, args: tuple, block: int | None = None) -> None:
         block = block or self.block_size

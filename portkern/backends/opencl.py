@@ -387,7 +387,7 @@ class OpenCLBackend(OpenCLBufferOps, OpenCLKnobs, OpenCLPrograms, Backend):
     fixed_mlp_width: bool = True
 
     def _mlp_width(self, kind: int, hidden: int) -> tuple[str, ...]:
-        return mlp_width_option(kind, hidden) if self.fixed_mlp_width else ()
+        return mlp_width_option(kind, hidden, fixed=self.fixed_mlp_width)
 
     def mlp_forward(self, policy_params, obs, hidden, out_dim):
         n, d = self._check_mlp(policy_params, obs, hidden, out_dim)
