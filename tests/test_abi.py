@@ -34,7 +34,7 @@ def _strip(text: str) -> str:
 
 def _type(raw: str) -> str:
     words = raw.replace("*", " * ").split()
-    words = [w for w in words if w not in ("__global", "__restrict__", "__local")]
+    words = [w for w in words if w not in ("__global", "__restrict__", "restrict", "__local")]
     const = "const" in words
     stars = words.count("*")
     base = " ".join(w for w in words if w not in ("const", "*"))
