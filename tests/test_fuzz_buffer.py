@@ -123,21 +123,6 @@ def _compare(got, want, inputs) -> None:
     assert not np.isfinite(got[~np.isfinite(want)]).any(), "a NaN/inf in the reference's result came out finite"
 
 
-#: Backends whose normalize accumulates the sum of squared deviations in x's dtype: for a float32 x whose M2 passes
-#: float32's range their statistics overflow (NaN or zeros) where the reference's float64 ones do not. Known and
-#: not fixed here (the kernels are another change's); test_normalize compares their values below that range only.
-F32_M2 = {
-    "opencl": "kernels/opencl/normalize.cl accumulates (count, mean, M2) in REAL: float32 for a float32 x",
-}
-
-
-def _m2_overflows_float32(x: np.ndarray) -> bool:
-    if x.dtype != np.float32 or not np.isfinite(x).all():
-        return False
-    d = x.astype(np.float64) - x.astype(np.float64).mean()
-    return float(np.sum(d * d)) > float(np.finfo(np.float32).max) / 4
-
-
 def _reference_inputs(arrays, dtype_from):
     return [np.array(host(a), order="C") for a in arrays]  # shape kept (ascontiguousarray makes 0-d 1-d)
 
@@ -240,11 +225,7 @@ def test_normalize(pair, data):
     if out is not x:
         _assert_same(before, [x])
     ref = _reference_inputs([before[0]], dtype)[0]
-    want = buffer.normalize(ref, eps, backend=REF)
-    if b.name in F32_M2 and _m2_overflows_float32(ref):  # known (F32_M2): the shape and dtype only
-        assert tuple(got.shape) == want.shape
-        return
-    _compare(got, want, [ref])
+    _compare(got, buffer.normalize(ref, eps, backend=REF), [ref])
 
 
 @pytest.mark.parametrize("pair", PAIRS)
@@ -284,27 +265,69 @@ def test_normalize_of_an_empty_array_is_a_value_error(pair):
             buffer.normalize(np.zeros(shape, np.float32), backend=b)
 
 
-def _f32_params():
-    out = []
-    for p in PAIRS:
-        pair = p.values[0]
-        marks = list(p.marks)
-        if pair[0] in F32_M2:
-            marks.append(pytest.mark.xfail(strict=True, reason=F32_M2[pair[0]]))
-        out.append(pytest.param(pair, id=p.id, marks=marks))
-    return out
+def _huge_spread(case: str) -> np.ndarray:
+    """A float32 x whose sum of squared deviations (M2) passes float32's range, the reference's answer finite."""
+    rng = np.random.default_rng(45)
+    if case == "issue":  # M2 7.7e76
+        return np.array([0, 3.4e38, 3.4e38], np.float32)
+    if case == "both signs":  # differences past float32's range too (6.8e38)
+        return np.array([-3.4e38, 3.4e38, -1.7e38, 1.7e38, 0.0, 1e-30, -2.5e38, 2.5e38, 3.4e38, -3.4e38], np.float32)
+    if case == "wide":  # 100,000 elements, every work-group's M2 past the range; tiny elements among them
+        x = rng.uniform(-3e38, 3e38, 100_000)
+        x[::7] = rng.standard_normal(x[::7].size) * 1e-3
+        return x.astype(np.float32)
+    if case == "far":  # a mean far from 0 (2e38)
+        return (2e38 + rng.uniform(-1e38, 1e38, 100_000)).astype(np.float32)
+    # "sum": each element's square fits (4e34), a slice's sum may, the whole (4e39) does not
+    return (rng.standard_normal(100_000) * 2e17).astype(np.float32)
 
 
-@pytest.mark.parametrize("pair", _f32_params())
-def test_normalize_of_values_near_float32_max(pair):
+HUGE_SPREADS = ["issue", "both signs", "wide", "far", "sum"]
+
+def _assert_normalized_like_the_reference(got, x) -> None:
+    got, want = np.asarray(host(got)), buffer.normalize(x, 1e-5, backend=REF)
+    assert got.dtype == np.float32 and np.isfinite(want).all()
+    assert np.isfinite(got).all(), "NaN/inf where the reference's float64 statistics are finite"
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", HUGE_SPREADS)
+@pytest.mark.parametrize("pair", PAIRS)
+def test_normalize_of_values_near_float32_max(pair, case):
     """Found by test_normalize: a float32 x whose squared deviations pass float32's range. torch (and torch_compile,
     which runs the eager op on a CPU) took the statistics in float32 and returned NaN; fixed (float64 when float32
-    overflows). OpenCL's kernel still does (F32_M2): strict xfails, which fail once they are fixed."""
+    overflows). OpenCL's kernel did too ((count, mean, M2) in REAL: inf, then NaN or zeros); fixed in float32
+    (kernels/opencl/normalize.cl, PK_RESCUE: float32-only devices build it). The CUDA kernels take them in double.
+    jax's statistics were right but XLA's CPU array / scalar is array * (1 / scalar), 0 past 2^126: all zeros for
+    "issue", "both signs" and "wide"; fixed (portkern/backends/_jax_ops.normalize scales both sides there)."""
     b = open_backend(pair)
-    x = np.array([0, 3.4e38, 3.4e38], np.float32)
+    x = _huge_spread(case)
     got = buffer.normalize(x, 1e-5, backend=b)
-    _compare(got, buffer.normalize(x, 1e-5, backend=REF), [x])
-    assert np.isfinite(host(got)).all()
+    _assert_normalized_like_the_reference(got, x)
+
+
+#: (reduce_wg, reduce_chunk, reduce_vector_width) of normalize.cl: the GPU shape (work-group trees, then the
+#: finalize group), chunks combined by the finalize group (7 and 100: 14,286 and 1,000 partials), chunks combined
+#: in the apply pass (4096: 25 partials of 100,000 elements; tests/test_opencl_buffers.py checks which runs).
+OPENCL_LAYOUTS = [(64, 0, 1), (256, 0, 1), (16, 7, 4), (64, 100, 16), (64, 4096, 8), (256, 4096, 1)]
+
+
+@pytest.mark.parametrize("layout", OPENCL_LAYOUTS, ids=lambda v: "wg{}-chunk{}xvw{}".format(*v))
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p.values[0][0] == "opencl"])
+def test_normalize_of_values_near_float32_max_in_every_opencl_layout(pair, layout):
+    """The float32 rescue of every partial pass (a work-item's slice, a chunk), of the trees and the finalize group
+    that combine them, and of the apply pass that combines them itself; plain and scaled partials mixed ("sum")."""
+    b = open_backend(pair)
+    knobs = ("reduce_wg", "reduce_chunk", "reduce_vector_width")
+    saved = {k: b.knob_setting(k) for k in knobs}  # as set (tuning.TUNED included), not as in force
+    try:
+        b.reduce_wg, b.reduce_chunk, b.reduce_vector_width = layout
+        for case in HUGE_SPREADS:
+            x = _huge_spread(case)
+            _assert_normalized_like_the_reference(buffer.normalize(x, 1e-5, backend=b), x)
+    finally:
+        for k, v in saved.items():  # the instance is shared (registry): leave its knobs as found
+            setattr(b, k, v)
 
 
 @pytest.mark.parametrize("pair", PAIRS)

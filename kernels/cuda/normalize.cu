@@ -1,6 +1,8 @@
 // Normalisation over all elements, (x - mean) / (std + eps) with population std: per-block partial
 // moments, a one-block finalize, an elementwise apply. Same kernels and argument order as
 // normalize.cl; the moments accumulate in double in every build, as the reference does (float64).
+// So a float32 x whose spread passes float32's range (normalize.cl's PK_RESCUE, for devices without
+// float64) needs nothing here: double holds its M2 (at most 2^31 elements x 2^258) with room to spare.
 #include "pk_common.cuh"
 
 #ifndef PK_WG
@@ -70,6 +72,10 @@ extern "C" __global__ void __launch_bounds__(PK_WG) pk_normalize_finalize(
     __shared__ double sm[PK_WG], sq[PK_WG];
     uint c = 0u;
     double m = 0.0, q = 0.0;
+    // Not unrolled: NVVM unrolled this loop 4x (eight div.rn.f64 in one body, each a fast path and a
+    // call to ptxas' slow-path subroutine), and ptxas spilled 4 bytes around those calls (a 16-byte
+    // stack on sm_80, 8 on sm_90). The loop runs at most MAX_PARTIALS / PK_WG times (4 at 256).
+#pragma unroll 1
     for (int g = (int)threadIdx.x; g < groups; g += PK_WG) pk_chan(c, m, q, pcount[g], pmean[g], pm2[g]);
     sc[threadIdx.x] = c;
     sm[threadIdx.x] = m;

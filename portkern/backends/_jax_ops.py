@@ -310,7 +310,12 @@ def normalize(x, eps, acc_dtype):
     xa = x.astype(acc_dtype)
     mean = xa.mean()
     std = jnp.sqrt(jnp.mean(jnp.square(xa - mean)))
-    return (x - mean.astype(x.dtype)) / (std.astype(x.dtype) + eps)
+    d = std.astype(x.dtype) + eps
+    # XLA divides an array by a scalar as a multiply by the scalar's reciprocal, which is 0 for a float32 scalar
+    # past 2^126: a std that large gave all zeros. Both sides scaled by 2^-64 there (exact, a power of two); 1
+    # otherwise, so ordinary inputs round as before.
+    s = jnp.where(d > 2.0**100, jnp.asarray(2.0**-64, x.dtype), jnp.asarray(1.0, x.dtype))
+    return ((x - mean.astype(x.dtype)) * s) / (d * s)
 
 
 def gather(x, indices):
