@@ -7,6 +7,7 @@ command as its reason, and a failure where ``CI=true`` (CI installs them: docs/p
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -16,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from portkern import cli
+from portkern._kernels import load_source
 from portkern.envs import KERNEL_OWNERS
 from portkern.portability import port_check, port_check_cli
 from portkern.portability.report import port_readiness
-from portkern.toolchains import TARGETS, amd, intel, nvidia, toolchain_tools
+from portkern.toolchains import TARGETS, amd, base, intel, nvidia, toolchain_tools
 from portkern.toolchains.targets import TOOLCHAIN_API, occupancy
 
 DATA = Path(__file__).parent / "data"
@@ -114,6 +116,79 @@ def test_isa_version_substitution_is_recorded() -> None:
         assert substituted == (f"oclc_isa_version_{t[3:]}.bc" not in have)
 
 
+# ---- what makes a cold check cheaper must not change a figure --------------------------------------------------
+def _hip(options: tuple[str, ...], pch: bool | None, source: str | None = None) -> list[dict]:
+    src = source if source is not None else load_source("cuda", "gae.cu")
+    return [k.as_dict() for k in amd.build(src, "gae.cu", "gfx942", options, "cuda", pch=pch)]
+
+
+def test_hip_precompiled_header_gives_the_same_figures() -> None:
+    _need("amd-hip")
+    opts = (*port_check.DTYPES["float64"], "-DPK_UNUSED_BY_HEADERS=1")
+    tool = amd.find()
+    libs, _ = amd.device_libs(tool.path, tuple(amd.WAVE))
+    made = amd.hip_pch(tool.path, "gfx942", libs, opts, force=True)
+    assert made is not None and made[0].is_file()  # the precompiled path is the one taken below
+    plain, pre = _hip(opts, pch=False), _hip(opts, pch=True)
+    assert plain and pre == plain
+    assert all(k["builds"] and k["registers"]["VGPR"] for k in pre)
+
+
+def test_a_precompiled_header_clang_refuses_falls_back_to_the_plain_build(tmp_path: Path) -> None:
+    _need("amd-hip")
+    opts = ("-DREAL=float", f"-I{tmp_path}")  # -I: pinned, so this header is this test's own
+    tool = amd.find()
+    libs, _ = amd.device_libs(tool.path, tuple(amd.WAVE))
+    path, _ = amd.hip_pch(tool.path, "gfx942", libs, opts, force=True)
+    path.write_bytes(b"not a precompiled header")
+    assert _hip(opts, pch=True) == _hip(opts, pch=False)
+    assert amd.hip_pch(tool.path, "gfx942", libs, opts, force=True) is None  # not offered again
+    # A source error is reported as the plain build reports it, and a good header stays.
+    opts = ("-DREAL=float", f"-I{tmp_path / 'other'}")
+    broken = 'extern "C" __global__ void f(float *x) { x[0] = ; }\n'
+    assert amd.hip_pch(tool.path, "gfx942", libs, opts, force=True) is not None
+    with pytest.raises(amd.BuildFailed) as with_pch:
+        _hip(opts, pch=True, source=broken)
+    with pytest.raises(amd.BuildFailed) as without:
+        _hip(opts, pch=False, source=broken)
+    assert with_pch.value.line == without.value.line == "gae.cu:1:49: error: expected expression"
+    assert amd.hip_pch(tool.path, "gfx942", libs, opts, force=True) is not None
+
+
+def test_only_macros_the_headers_never_spell_are_left_out_of_the_header() -> None:
+    words = frozenset({"M_PI", "WIDTH", "__HIP__"})
+    pinned, free = amd.split_macros(("-DREAL=float", "-DWIDTH=4", "-UM_PI", "-Ufoo", "-I/inc", "-DPK_X", "-D"),
+                                    words)  # fmt: skip
+    assert free == ("-DREAL=float", "-Ufoo", "-DPK_X")
+    assert pinned == ("-DWIDTH=4", "-UM_PI", "-I/inc", "-D")
+
+
+def test_run_counts_each_compilers_cpu_seconds() -> None:
+    code = "import sys; sum(range(3 * 10**6)); print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    burn = [sys.executable, "-c", code]
+    with base.cpu_meter() as outer:
+        with base.cpu_meter() as inner:
+            res = base.run(burn)
+        base.run([sys.executable, "-c", "pass"])
+    assert (res.returncode, res.stdout, res.stderr) == (3, "out\n", "err\n")
+    assert 0 < inner[0] < outer[0]
+    with pytest.raises(subprocess.TimeoutExpired):
+        base.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_progress_lines_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    bar, progress = port_check_cli._progress(out)
+    assert bar is None
+    progress(1, 10, 0)
+    assert out.getvalue() == ""  # a run shorter than PLAIN_EVERY_S (a warm one) prints nothing
+    monkeypatch.setattr(port_check_cli, "PLAIN_EVERY_S", 0.0)
+    progress(4, 10, 1)
+    progress(10, 10, 1)  # done: the table follows
+    assert out.getvalue().startswith("port-check: 4/10 builds done (1 cached) after ")
+    assert len(out.getvalue().splitlines()) == 1
+
+
 # ---- the command line ---------------------------------------------------------------------------------
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     rc = cli.main(list(argv))
@@ -139,6 +214,10 @@ def test_cli_table_fits_100_columns_and_json_has_every_figure(capsys, tmp_path: 
         if r["target"] != "spirv":
             assert r["registers"] and r["spills"] is not None and r["occupancy"]["table"]
     assert all(t["version"] for t in doc["toolchains"].values() if t["available"])
+    # Wall time and the compilers' own CPU time, of the check and of each build.
+    assert doc["seconds"] >= 0 and doc["cpu_seconds"] >= 0
+    assert all("build_cpu_seconds" in r for r in doc["results"])  # None: cached by a portkern that did not measure
+    assert all("compile_cpu_seconds" in s for s in doc["summary"].values())
 
 
 def test_report_section_is_apart_from_what_ran(capsys, tmp_path: Path) -> None:

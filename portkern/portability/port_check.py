@@ -29,7 +29,7 @@ from .. import _abi
 from .._kernels import API_NAMES, kernel_dir, load_source, mlp_width_option
 from .._paths import cache_root
 from ..toolchains import FLAGS, TOOLCHAINS, toolchain_tools
-from ..toolchains.base import BuildFailed, KernelResult
+from ..toolchains.base import BuildFailed, KernelResult, cpu_meter
 from ..toolchains.targets import TARGETS, TOOLCHAIN_API, occupancy
 
 SCHEMA = "portkern-port-check/1"
@@ -164,13 +164,17 @@ def _run_job(job: Job, versions: dict[str, str], use_cache: bool) -> tuple[list[
         except (OSError, ValueError):
             pass
     t0 = time.perf_counter()
-    try:
-        built: dict[str, Any] = {"kernels": [k.as_dict() for k in TOOLCHAINS[job.toolchain](job)]}
-    except BuildFailed as exc:
-        built = {"error": exc.line}
-    except Exception as exc:  # a crashed or timed-out compiler is this build's failure, not the check's
-        built = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
-    built["seconds"] = round(time.perf_counter() - t0, 2)  # the compile's wall time (cold-run cost, per toolchain)
+    with cpu_meter() as cpu:
+        try:
+            built: dict[str, Any] = {"kernels": [k.as_dict() for k in TOOLCHAINS[job.toolchain](job)]}
+        except BuildFailed as exc:
+            built = {"error": exc.line}
+        except Exception as exc:  # a crashed or timed-out compiler is this build's failure, not the check's
+            built = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+    # The compile's wall time (under load, other work's too) and its compilers' CPU seconds (its own cost); a
+    # HIP build that made the shared precompiled header counts it (toolchains/amd.py: hip_pch).
+    built["seconds"] = round(time.perf_counter() - t0, 2)
+    built["cpu_seconds"] = round(cpu[0], 2)
     if use_cache and not built.get("error", "").startswith("not available here"):
         f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_suffix(f".{os.getpid()}.tmp")
@@ -181,7 +185,8 @@ def _run_job(job: Job, versions: dict[str, str], use_cache: bool) -> tuple[list[
 
 def _rows(job: Job, built: dict[str, Any]) -> list[dict[str, Any]]:
     base = {"file": job.file, "api": job.api, "dtype": job.dtype, "toolchain": job.toolchain, "target": job.target,
-            "options": list(job.options), "build_seconds": built.get("seconds")}  # fmt: skip
+            "options": list(job.options), "build_seconds": built.get("seconds"),
+            "build_cpu_seconds": built.get("cpu_seconds")}  # fmt: skip
     if "error" in built:
         names = job.take or job.expect or (("*", "*"),)
         return [{**base, **KernelResult(name, False, built["error"]).as_dict(), "kernel": label, "entry": name,
@@ -196,17 +201,25 @@ def _rows(job: Job, built: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-#: Relative compile cost per source byte of each toolchain (measured on the 2-core development VM).
-_TOOL_COST = {"ocloc": 3.0, "nvcc": 2.5, "amd-hip": 1.5, "amd-ocl": 1.0, "spirv": 0.5}
+#: A build's compilers' CPU seconds per 100 kB of source, and the factor for an MLP build (the median of each
+#: over the project's builds on the 2-core development VM); ocloc's float64 builds cost about 1.4 times more.
+_TOOL_COST = {"ocloc": (1.9, 6.0), "nvcc": (1.8, 2.7), "amd-hip": (1.0, 2.9), "amd-ocl": (1.0, 3.1),
+              "spirv": (0.7, 1.4)}  # fmt: skip
 
 
 def _cost(job: Job) -> float:
+    per_byte, mlp_factor = _TOOL_COST.get(job.toolchain, (1.0, 3.0))
     mlp = any(o.startswith("-DPK_MLP_HIDDEN") for o in job.options)
-    return _TOOL_COST.get(job.toolchain, 1.0) * len(job.source) * (1.5 if mlp else 1.0)
+    wide = job.toolchain == "ocloc" and "-DPK_DOUBLE=1" in job.options
+    return per_byte * len(job.source) * (mlp_factor if mlp else 1.0) * (1.4 if wide else 1.0)
+
+
+#: ``progress(done, total, cached)``: builds finished of all, and how many of those came from the cache.
+Progress = Callable[[int, int, int], None]
 
 
 def run_jobs(jobs: Sequence[Job], workers: int | None = None, use_cache: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             progress: Progress | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every job's rows (in job order) and the toolchains used; compilers run ``workers`` at a time."""
     tools = toolchain_tools(sorted({j.toolchain for j in jobs}))
     versions = {tc: (t.version if t else "missing") + " ".join(FLAGS[tc]) for tc, t in tools.items()}
@@ -214,7 +227,9 @@ def run_jobs(jobs: Sequence[Job], workers: int | None = None, use_cache: bool = 
     hits = 0
     if not workers:  # one compiler per CPU this process may use
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    # Longest first (by a rough cost), so a long compile does not start last while the other workers idle.
+    # Longest first (by a rough cost), so a long compile does not start last while the other workers idle. With
+    # hundreds of builds on two workers the order hardly matters; with many workers the longest build (about
+    # 20 CPU-seconds) is the floor, and it has to start first.
     order = sorted(range(len(jobs)), key=lambda i: -_cost(jobs[i]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_run_job, jobs[i], versions, use_cache): i for i in order}
@@ -222,25 +237,36 @@ def run_jobs(jobs: Sequence[Job], workers: int | None = None, use_cache: bool = 
             out[futures[fut]], hit = fut.result()
             hits += hit
             if progress:
-                progress(n, len(jobs))
+                progress(n, len(jobs), hits)
     meta = {tc: {"name": t.name, "available": bool(t), "version": t.version, "path": t.path,
                  "install": t.install, "notes": list(t.notes)} for tc, t in tools.items()}  # fmt: skip
     return [r for rows in out for r in rows], {"toolchains": meta, "cache_hits": hits, "builds": len(jobs),
                                                 "workers": workers}  # fmt: skip
 
 
+def _children_cpu() -> float:
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return 0.0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def check(jobs: Sequence[Job], workers: int | None = None, use_cache: bool = True,
-          progress: Callable[[int, int], None] | None = None,
-          left_out: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
-    """The port-check document (the JSON of ``--json``); ``left_out``: builds not made, and why (:func:`skipped`)."""
-    t0 = time.perf_counter()
+          progress: Progress | None = None, left_out: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """The port-check document (the JSON of ``--json``); ``left_out``: builds not made, and why (:func:`skipped`).
+
+    ``seconds`` is the check's wall time (cache reads, waits on a loaded machine and all); ``cpu_seconds`` the
+    CPU time of every compiler it ran (each build's own share is its rows' ``build_cpu_seconds``)."""
+    t0, c0 = time.perf_counter(), _children_cpu()
     rows, meta = run_jobs(jobs, workers, use_cache, progress)
     meta["left_out"] = list(left_out)
     return {"schema": SCHEMA, "label": LABEL, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "mlp_hidden": MLP_HIDDEN,
             "targets": {t: TARGETS[t].__dict__ for t in dict.fromkeys(j.target for j in jobs)},
-            "seconds": round(time.perf_counter() - t0, 2), **meta, "results": rows,
-            "summary": summarise(rows)}  # fmt: skip
+            "seconds": round(time.perf_counter() - t0, 2), "cpu_seconds": round(_children_cpu() - c0, 2), **meta,
+            "results": rows, "summary": summarise(rows)}  # fmt: skip
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -251,11 +277,13 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         s = out.setdefault(f"{r['toolchain']}:{r['target']}", {"toolchain": r["toolchain"], "target": r["target"],
                                                                  "kernels": 0, "builds": 0, "spilling": 0,
                                                                  "failures": [], "missing": False,
-                                                                 "compile_seconds": 0.0})  # fmt: skip
+                                                                 "compile_seconds": 0.0,
+                                                                 "compile_cpu_seconds": 0.0})  # fmt: skip
         build = (r["file"], tuple(r["options"]), r["toolchain"], r["target"])
         if build not in seen:  # one compile makes every kernel of its file: count its time once
             seen.add(build)
             s["compile_seconds"] = round(s["compile_seconds"] + (r.get("build_seconds") or 0.0), 2)
+            s["compile_cpu_seconds"] = round(s["compile_cpu_seconds"] + (r.get("build_cpu_seconds") or 0.0), 2)
         s["kernels"] += 1
         s["builds"] += bool(r["builds"])
         s["spilling"] += bool(r["builds"] and r.get("spills"))

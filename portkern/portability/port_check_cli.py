@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,22 +79,43 @@ def table_lines(doc: dict[str, Any]) -> list[str]:
         notes.update(dict.fromkeys(t["notes"]))
     out += [f"substituted: {n}" for n in notes]  # AMD's device libraries (portkern/toolchains/amd.py)
     out += [f"left out: {x}" for x in doc.get("left_out", [])]
+    cpu = f", compilers {doc['cpu_seconds']} CPU-s" if doc.get("cpu_seconds") else ""
     out.append(f"{doc['builds']} builds ({doc['cache_hits']} cached) in {doc['seconds']} s on {doc['workers']} "
-               "worker(s)")  # fmt: skip
+               f"worker(s){cpu}")  # fmt: skip
     return [w for ln in out for w in (textwrap.wrap(ln, WIDTH, subsequent_indent="    ") if len(ln) > WIDTH else [ln])]
 
 
-def _progress():
-    """A rich progress bar on a terminal; nothing otherwise (CI logs stay readable)."""
-    if not sys.stderr.isatty():
-        return None, None
-    try:
-        from rich.progress import Progress
-    except ImportError:
-        return None, None
-    bar = Progress(transient=True)
-    task = bar.add_task("port-check: compiling", total=None)
-    return bar, lambda n, total: bar.update(task, completed=n, total=total)
+#: Without a terminal (a CI log), a progress line at most this often, and only on a run that takes longer.
+PLAIN_EVERY_S = 30.0
+
+
+def _progress(stream: Any = None):
+    """(a rich progress bar to enter or None, the progress callback) for a long cold run, on stderr: the bar on
+    a terminal; elsewhere (CI logs) one line every :data:`PLAIN_EVERY_S` seconds, so a warm run prints none."""
+    stream = stream or sys.stderr
+    if stream.isatty():
+        try:
+            from rich import progress as rp
+            from rich.console import Console
+        except ImportError:
+            pass
+        else:
+            bar = rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                              rp.TextColumn("builds ({task.fields[cached]} cached)"), rp.TimeElapsedColumn(),
+                              rp.TimeRemainingColumn(), transient=True, console=Console(file=stream))  # fmt: skip
+            task = bar.add_task("port-check: compiling", total=None, cached=0)
+            return bar, lambda done, total, cached: bar.update(task, completed=done, total=total, cached=cached)
+    t0 = time.monotonic()
+    last = [t0]
+
+    def line(done: int, total: int, cached: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PLAIN_EVERY_S and done < total:
+            last[0] = now
+            print(f"port-check: {done}/{total} builds done ({cached} cached) after {now - t0:.0f} s", file=stream,
+                  flush=True)  # fmt: skip
+
+    return None, line
 
 
 def cmd_port_check(args: argparse.Namespace) -> int:
@@ -123,7 +145,7 @@ def cmd_port_check(args: argparse.Namespace) -> int:
         with bar:
             doc = port_check.check(jobs, args.jobs, not args.no_cache, progress, left_out)
     else:
-        doc = port_check.check(jobs, args.jobs, not args.no_cache, left_out=left_out)
+        doc = port_check.check(jobs, args.jobs, not args.no_cache, progress, left_out)
     if args.file:
         _check_user_result(args.file, doc)
     print("\n".join(table_lines(doc)))

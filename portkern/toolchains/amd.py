@@ -10,14 +10,23 @@ gfx1036. That file holds one constant (``__oclc_ISA_version``, read by a few ock
 newer target it is made here from the nearest older one with the constant changed, in a folder of
 links under the cache, and the substitution is recorded (:attr:`Tool.notes`) wherever figures are
 shown. Everything else in the libraries is target-independent bitcode.
+
+HIP builds share a precompiled header: parsing ``hip/hip_runtime.h`` (with the CUDA wrapper headers clang
+adds) is about 0.75 CPU-second of every HIP build, most of a small one's. From the second HIP build of a
+target on, the headers come from a precompiled header made once per (target, options the headers can
+see) in this process (:func:`hip_pch`); the code clang generates is the same (tests/test_port_check.py).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
+import shutil
+import subprocess
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -165,20 +174,150 @@ def parse_remarks(text: str, wave: int) -> list[KernelResult]:
     return out
 
 
+# ---- HIP's precompiled header -------------------------------------------------------------------------------
+_MACRO = re.compile(r"^-[DU]([A-Za-z_]\w*)(?:=.*)?$", re.DOTALL)
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_DEP_SPLIT = re.compile(r"(?<!\\)\s+")
+
+
+def split_macros(options: tuple[str, ...], words: frozenset[str] | set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(pinned, free) of a build's options: ``free`` are the ``-DNAME[=V]`` / ``-UNAME`` of names no header file
+    spells, which cannot change how the headers parse, so a precompiled header made without them serves every
+    build that adds them (clang applies them after it); everything else (``-I``, a name the headers use) is
+    ``pinned``: part of the precompiled header's build and its key."""
+    pinned, free = [], []
+    for o in options:
+        m = _MACRO.match(o)
+        (free if m and m.group(1) not in words else pinned).append(o)
+    return tuple(pinned), tuple(free)
+
+
+def _hip_cmd(clang: str, target: str, libs: Path, prefix: tuple[str, ...]) -> list[str]:
+    """clang's HIP device-side command up to the build's own options; ``prefix`` replaces ``-include
+    hip/hip_runtime.h`` (with ``-include-pch FILE``) or, empty, keeps it."""
+    flags = list(HIP_FLAGS)
+    if prefix:
+        i = flags.index("-include")
+        flags[i: i + 2] = prefix
+    return [clang, *flags, f"--offload-arch={target}", f"--rocm-device-lib-path={libs}"]
+
+
+@lru_cache(maxsize=None)
+def _header_words(clang: str, target: str, libs: Path, pinned: tuple[str, ...]) -> tuple[frozenset[str], str]:
+    """Every identifier spelled in the files the HIP prefix includes with ``pinned`` (clang -M), and a digest of
+    those files' paths, sizes and times (a changed header makes a new precompiled header)."""
+    with tempfile.TemporaryDirectory(prefix="portkern-hip-deps-") as tmp:
+        empty = Path(tmp) / "empty.hip"
+        empty.write_text("")
+        res = run([*_hip_cmd(clang, target, libs, ()), *pinned, "-M", str(empty)], cwd=tmp, timeout=120)
+    if res.returncode or ": " not in res.stdout:
+        raise BuildFailed(first_error(res.stderr or res.stdout))
+    deps = res.stdout.split(": ", 1)[1].replace("\\\n", " ")  # make's line continuations
+    files = [f.replace("\\ ", " ") for f in _DEP_SPLIT.split(deps) if f]
+    words: set[str] = set()
+    digest = hashlib.sha256()
+    for f in files[1:]:  # the first is the empty input
+        path = Path(f)
+        st = path.stat()
+        digest.update(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        words.update(_IDENT.findall(path.read_text(errors="replace")))
+    return frozenset(words), digest.hexdigest()
+
+
+class _PchStore:
+    """This process's HIP precompiled headers, in a temporary folder removed at exit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked: dict[tuple, int] = {}  # (clang, target, libs, non-macro options) -> HIP builds that asked
+        self.made: dict[str, Path | None] = {}  # key -> the header (None: could not be made, or clang refused it)
+        self.making: dict[str, threading.Lock] = {}
+        self.folder: Path | None = None
+
+    def root(self) -> Path:
+        with self.lock:
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix="portkern-hip-pch-"))
+                atexit.register(shutil.rmtree, self.folder, True)
+            return self.folder
+
+
+_PCH = _PchStore()
+
+
+def hip_pch(clang: str, target: str, libs: Path, options: tuple[str, ...],
+            force: bool = False) -> tuple[Path, str] | None:  # fmt: skip
+    """The precompiled HIP prefix for a build of ``options`` for ``target`` and its key, or None: build as usual.
+
+    None for the first HIP build of a (target, non-macro options) unless ``force`` (a single build gains
+    nothing: the header costs a build's parsing to make), and wherever the header cannot be made. The header
+    is made with the build's own flags and its ``pinned`` options (:func:`split_macros`); the build passes all
+    its options, so clang checks the header against them as it does any precompiled header."""
+    plain = tuple(o for o in options if not _MACRO.match(o))
+    with _PCH.lock:
+        n = _PCH.asked[(clang, target, libs, plain)] = _PCH.asked.get((clang, target, libs, plain), 0) + 1
+    if n == 1 and not force:
+        return None
+    try:
+        words, digest = _header_words(clang, target, libs, plain)
+        pinned, _ = split_macros(options, words)
+        if pinned != plain:  # a macro the headers use may include others: read those too
+            words, digest = _header_words(clang, target, libs, pinned)
+            pinned, _ = split_macros(options, words)
+    except (BuildFailed, OSError, subprocess.SubprocessError):
+        return None
+    key = hashlib.sha256(repr((clang, target, str(libs), HIP_FLAGS, pinned, digest)).encode()).hexdigest()[:16]
+    with _PCH.lock:
+        if key in _PCH.made:
+            return (_PCH.made[key], key) if _PCH.made[key] else None
+        making = _PCH.making.setdefault(key, threading.Lock())
+    with making:  # one thread makes it; a build that asks meanwhile waits for it
+        with _PCH.lock:
+            if key in _PCH.made:
+                return (_PCH.made[key], key) if _PCH.made[key] else None
+        folder = _PCH.root()
+        empty, out = folder / f"{key}.hip", folder / f"{key}.pch"
+        empty.write_text("")  # the header's main file: kept, as clang checks it when the header is used
+        try:
+            res = run([*_hip_cmd(clang, target, libs, ()), "-S", *pinned, "-Xclang", "-emit-pch", "-o", str(out),
+                       str(empty)], cwd=str(folder))  # fmt: skip
+            made = out if res.returncode == 0 and out.is_file() else None
+        except (OSError, subprocess.SubprocessError):
+            made = None
+        with _PCH.lock:
+            _PCH.made[key] = made
+    return (made, key) if made else None
+
+
+def _discard_pch(key: str) -> None:
+    with _PCH.lock:
+        _PCH.made[key] = None
+
+
 def build(source: str, filename: str, target: str, options: tuple[str, ...], api: str,
-          targets: tuple[str, ...] = tuple(WAVE)) -> list[KernelResult]:  # fmt: skip
-    """Build ``source`` (OpenCL C, or CUDA C as HIP) for ``target``; the kernels' resource figures."""
+          targets: tuple[str, ...] = tuple(WAVE), pch: bool | None = None) -> list[KernelResult]:  # fmt: skip
+    """Build ``source`` (OpenCL C, or CUDA C as HIP) for ``target``; the kernels' resource figures.
+
+    ``pch`` (HIP only): None uses the shared precompiled header from a target's second build on
+    (:func:`hip_pch`), True always, False never."""
     tool = find(targets)
     libs, _ = device_libs(tool.path, targets)
     with staged(tool, source, filename) as src:
         tmp = str(src.parent)
+        tail = [*options, "-Rpass-analysis=kernel-resource-usage", "-o", str(Path(tmp) / "out"), str(src)]
         if api == "opencl":
-            cmd = [tool.path, *OCL_FLAGS, "-target", "amdgcn-amd-amdhsa", f"-mcpu={target}", "-c"]
+            res = run([tool.path, *OCL_FLAGS, "-target", "amdgcn-amd-amdhsa", f"-mcpu={target}", "-c",
+                       f"--rocm-device-lib-path={libs}", *tail], cwd=tmp)  # fmt: skip
         else:  # assembly: -c would want clang-offload-bundler, and the remarks come from code generation anyway
-            cmd = [tool.path, *HIP_FLAGS, f"--offload-arch={target}", "-S"]
-        cmd += [f"--rocm-device-lib-path={libs}", *options, "-Rpass-analysis=kernel-resource-usage",
-                "-o", str(Path(tmp) / "out"), str(src)]  # fmt: skip
-        res = run(cmd, cwd=tmp)
+            pre = hip_pch(tool.path, target, libs, options, force=bool(pch)) if pch is not False else None
+            if pre is None:
+                res = run([*_hip_cmd(tool.path, target, libs, ()), "-S", *tail], cwd=tmp)
+            else:
+                res = run([*_hip_cmd(tool.path, target, libs, ("-include-pch", str(pre[0]))), "-S", *tail], cwd=tmp)
+                if res.returncode:  # the failure, if it is the source's, exactly as a build without the header
+                    res = run([*_hip_cmd(tool.path, target, libs, ()), "-S", *tail], cwd=tmp)
+                    if res.returncode == 0:  # the header was the trouble (a header changed since): not again
+                        _discard_pch(pre[1])
     if res.returncode:
         raise BuildFailed(first_error(res.stderr))
     return parse_remarks(res.stderr, WAVE.get(target, 64))

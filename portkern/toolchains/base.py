@@ -7,10 +7,12 @@ is a measurement of speed.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,10 +85,61 @@ def which(*names: str) -> str | None:
     return None
 
 
+_local = threading.local()
+
+
+@contextmanager
+def cpu_meter() -> Iterator[list[float]]:
+    """The CPU seconds (user + system) of every compiler :func:`run` starts in this thread inside the block, in
+    ``box[0]``: one build's own cost, apart from the other builds running beside it (wall time under load is not)."""
+    outer = getattr(_local, "box", None)
+    box = _local.box = [0.0]
+    try:
+        yield box
+    finally:
+        _local.box = outer
+        if outer is not None:
+            outer[0] += box[0]
+
+
 def run(cmd: list[str], cwd: str | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run a compiler, output kept as text (its report comes on stderr for clang and ptxas, stdout for ocloc)."""
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
-                          errors="replace")  # fmt: skip
+    """Run a compiler, output kept as text (its report comes on stderr for clang and ptxas, stdout for ocloc).
+
+    As ``subprocess.run(capture_output=True)``, and the process's CPU seconds (its own and its waited-for
+    children's: nvcc's cicc and ptxas) go to the thread's :func:`cpu_meter`."""
+    if not hasattr(os, "wait4"):  # not POSIX: no per-process CPU figure
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                              errors="replace")  # fmt: skip
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        box = getattr(_local, "box", None)
+        if box is not None:
+            box[0] += usage.ru_utime + usage.ru_stime
+        out.seek(0)
+        err.seek(0)
+        # As text=True reads them: universal newlines.
+        stdout, stderr = (f.read().decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+                          for f in (out, err))  # fmt: skip
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 _ERROR = re.compile(r"(?:fatal )?error\b[^:]*:", re.IGNORECASE)
@@ -122,7 +175,8 @@ def staged(tool: Tool, source: str, filename: str) -> Iterator[Path]:
     install it, before anything is written."""
     if not tool:
         raise BuildFailed(tool.missing())
-    with tempfile.TemporaryDirectory(prefix=f"portkern-{tool.name}-") as tmp:
+    # A folder name without spaces: first_error() drops the whole path from a compiler's message.
+    with tempfile.TemporaryDirectory(prefix=f"portkern-{re.sub(r'[^A-Za-z0-9]+', '-', tool.name)}-") as tmp:
         src = Path(tmp) / filename
         src.write_text(source)
         yield src
