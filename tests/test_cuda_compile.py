@@ -1,4 +1,5 @@
-"""Every CUDA kernel source compiles with nvcc: cubin for sm_90 and PTX for compute_75, float and double.
+"""Every CUDA kernel source compiles with nvcc: cubin for sm_90 and PTX for compute_75, float and double, and
+the files with the in-kernel MLP also in its builds (-DPK_MLP_HIDDEN=H, -DPK_MLP_RUNTIME_WIDTH=1).
 
 nvcc comes from NVIDIA's PyPI wheel (``cuda-toolkit[nvcc,...]`` in the test extra), else from PATH.
 """
@@ -29,6 +30,25 @@ CASES = [
     for target in TARGETS
     for dtype in DTYPES
 ]
+
+
+def _policy_builds() -> list:
+    """The builds of the files with the in-kernel MLP (every env's rollout, mlp.cu) that the backends make for an
+    MLP policy (portkern._kernels.mlp_width_option): its width fixed (64; 7, an odd width, streams its second
+    layer a unit at a time) or read at run time. CASES above has their random-policy builds (no define)."""
+    from portkern.envs import KERNEL_OWNERS
+
+    files = {f"{stem}.cu": spec.define_options for stem, spec in KERNEL_OWNERS.items()
+             if (kernel_dir("cuda") / f"{stem}.cu").is_file()}  # fmt: skip
+    files["mlp.cu"] = ()
+    widths = {"mlp64": ("-DPK_MLP_HIDDEN=64",), "mlp7": ("-DPK_MLP_HIDDEN=7",),
+              "runtime": ("-DPK_MLP_RUNTIME_WIDTH=1",)}  # fmt: skip
+    return [
+        pytest.param(src, (*defines, *width, *DTYPES[dtype]), id=f"{Path(src).stem}-{name}-{dtype}")
+        for src, defines in sorted(files.items())
+        for name, width in widths.items()
+        for dtype in (DTYPES if name == "mlp64" else ("float",))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +105,16 @@ def test_compiles(nvcc: str, tmp_path: Path, src: str, target: str, dtype: str) 
     cu = tmp_path / src
     cu.write_text(load_source("cuda", src))  # includes inlined, exactly as the backends build it
     cmd = [nvcc, *TARGETS[target], *DTYPES[dtype], *FLAGS, "-o", str(tmp_path / "out"), str(cu)]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout}{res.stderr}"
+    assert res.stderr.strip() == "", res.stderr  # no warnings either
+
+
+@pytest.mark.parametrize(("src", "options"), _policy_builds())
+def test_policy_builds_compile(nvcc: str, tmp_path: Path, src: str, options: tuple[str, ...]) -> None:
+    cu = tmp_path / src
+    cu.write_text(load_source("cuda", src))
+    cmd = [nvcc, "-cubin", "-arch=sm_90", *options, *FLAGS, "-o", str(tmp_path / "out"), str(cu)]
     res = subprocess.run(cmd, check=False, capture_output=True, text=True)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout}{res.stderr}"
     assert res.stderr.strip() == "", res.stderr  # no warnings either

@@ -2,9 +2,10 @@
 
 The first H200 run's fused MLP rollouts ran ~90x slower than the random policy's: the layers' per-thread
 activations sat in local memory (ptxas: a 512-byte stack frame in every env's rollout kernel). Built for
-the policy's width, the hidden layers keep their accumulators in registers. The arithmetic and its order
-are unchanged, so both builds must agree bit for bit; the width is a build option, so the random policy's
-builds stay shared. GPU timing is bench/gpu/gpu_bench.py's (a row per build).
+the policy's width (-DPK_MLP_HIDDEN), every activation stays in registers: the first layer a unit at a time,
+the second streamed into the output layer. The additions and their order are those of the run-time-width
+build (-DPK_MLP_RUNTIME_WIDTH), so both builds must agree bit for bit; a random policy's kernels are built
+with neither define and carry no MLP code. GPU timing is bench/gpu/gpu_bench.py's (a row per build).
 """
 
 from __future__ import annotations
@@ -107,25 +108,57 @@ def test_mlp_forward_is_built_for_its_width(built, monkeypatch, rng):
     np.testing.assert_allclose(to_numpy(out), policy.forward(obs), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("hidden", [64, 7, 6])
+def test_mlp_forward_builds_agree_over_several_passes(built, monkeypatch, rng, hidden):
+    """Nine outputs: the fixed-width pk_mlp_forward makes them four a pass over the second layer (PK_MLP_OUTS),
+    the last pass one; its first layer reads obs of a width known only at launch. The same bits as the
+    run-time-width build. Widths 64, 7 and 6 stream the second layer 4, 1 and 2 units at a time."""
+    obs_dim, out_dim = 5, 9
+    g = np.random.default_rng(hidden)
+
+    def layer(i: int, o: int) -> tuple[np.ndarray, np.ndarray]:
+        return (g.normal(size=(i, o)) / np.sqrt(i)).astype(np.float32), (g.normal(size=o) * 0.1).astype(np.float32)
+
+    policy = MLPPolicy(*layer(obs_dim, hidden), *layer(hidden, hidden), *layer(hidden, out_dim))
+    obs = (rng.normal(size=(40, obs_dim)) * 2).astype(np.float32)
+    out = {}
+    for fixed in (True, False):
+        monkeypatch.setattr(built, "fixed_mlp_width", fixed)
+        y = built.mlp_forward(built.from_host(policy.flat()), built.from_host(obs), hidden, out_dim)
+        out[fixed] = to_numpy(y).copy()
+    np.testing.assert_array_equal(out[True], out[False])
+    np.testing.assert_allclose(out[True], policy.forward(obs), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_nvrtc_keeps_the_hidden_layers_out_of_local_memory():
-    """The GPU compiler's own account (ptxas -v through NVRTC, sm_90): the run-time-width rollout kernel has
-    a 512-byte stack frame (h1 and h2, 64 floats each, read 64 x 64 times a step); built for its width, at
-    most one hidden layer's floats stay there (the second layer's input, read once per input)."""
+    """The GPU compiler's own account (ptxas -v through NVRTC, sm_90) of the three builds of pk_policy.cuh.
+
+    The run-time-width rollout (-DPK_MLP_RUNTIME_WIDTH) has a 512-byte stack frame: h1 and h2, 64 floats each,
+    read 64 x 64 times a step. Built for its width, every activation is in registers: the MLP adds nothing to
+    the frame of the random-policy build (no define: no MLP code at all), and pk_mlp_forward, which has no
+    other code, has none. What the rollouts of CartPole keep (32 bytes at most) is CUDA's sinf/cosf: the
+    7-word buffer of its argument reduction for |x| > 105615, indexed by the argument's exponent, which ptxas
+    leaves in local memory once an IEEE division's slow-path call comes before it (the env's own, or
+    pk_tanh's); it is only touched for such arguments."""
     from portkern._kernels import load_source
     from portkern.backends import cupy as cupy_backend
     from portkern.backends._cuda_tools import nvrtc_build, nvrtc_library
 
     if not nvrtc_library():
         pytest.fail(f"NVRTC is needed here: {nvrtc_library().how}")
-    source = load_source("cuda", "cartpole.cu")
 
-    def frame(*extra: str) -> int:
+    def frame(filename: str, kernel: str, *extra: str) -> int:
         opts = cupy_backend.BASE_OPTIONS + ("-DREAL=float", "--ptxas-options=-v", *extra)
-        log = nvrtc_build(source, opts, 90, "cartpole.cu").log
-        part = log.split("Function properties for pk_cartpole_rollout", 1)[1]
+        log = nvrtc_build(load_source("cuda", filename), opts, 90, filename).log
+        part = log.split(f"Function properties for {kernel}", 1)[1]
         return int(re.search(r"(\d+) bytes stack frame", part).group(1))
 
-    assert frame() >= 512
-    assert frame("-DPK_MLP_HIDDEN=64") <= 256
-    assert frame("-DPK_MLP_HIDDEN=32") <= 128
+    rollout = ("cartpole.cu", "pk_cartpole_rollout")
+    random_only = frame(*rollout)
+    assert random_only <= 32  # was 512: the run-time MLP's arrays were in every build
+    assert frame(*rollout, "-DPK_MLP_RUNTIME_WIDTH=1") >= 512
+    assert frame(*rollout, "-DPK_MLP_HIDDEN=64") == random_only
+    assert frame(*rollout, "-DPK_MLP_HIDDEN=32") == random_only
+    assert frame("mlp.cu", "pk_mlp_forward", "-DPK_MLP_HIDDEN=64") == 0
+    assert frame("mlp.cu", "pk_mlp_forward", "-DPK_MLP_RUNTIME_WIDTH=1") >= 512

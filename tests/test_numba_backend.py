@@ -146,3 +146,24 @@ def test_rollout_rejects_a_buffer_of_the_wrong_dtype() -> None:
     buf.actions = env.backend.zeros((3, 5), np.float32)
     with pytest.raises(TypeError, match="buffer.actions: expected dtype int32, got float32"):
         env.rollout(3, RandomPolicy(), buf)
+
+
+@needs_numba
+def test_policy_tanh_is_pk_tanh() -> None:
+    """The Numba twin of pk_tanh (pk_policy.cuh): within 2 ulp of tanh over float32, odd (-0 stays -0), 1 for
+    every large argument with no overflow on the way (policy.tanh_of caps what it discards), NaN kept."""
+    from portkern.backends._numba import common, policy
+
+    if not common.simulator():
+        pytest.skip("calls the device function as Python, as the simulator does")
+    tanh = policy.tanh_of(common.toolkit(np.dtype(np.float32).str))
+    xs = np.concatenate([np.linspace(-12, 12, 24001, dtype=np.float32), np.geomspace(1e-30, 20, 2000, dtype=np.float32)])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # tiny |x| underflow a * a: as in float32
+        got = np.array([tanh(np.float32(x)) for x in xs], np.float32)
+        big = [tanh(np.float32(x)) for x in (9.5, 44.0, 89.0, 1e4, 1e30, 3.4e38, np.inf, -1e30, -np.inf)]
+    want = np.tanh(xs.astype(np.float64))
+    ulps = np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps.max() <= 2.0, xs[np.argmax(ulps)]
+    assert big == [1.0] * 7 + [-1.0] * 2
+    assert np.signbit(tanh(np.float32(-0.0))) and tanh(np.float32(0.0)) == 0.0
+    assert np.isnan(tanh(np.float32("nan")))

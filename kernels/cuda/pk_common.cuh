@@ -205,7 +205,7 @@ __device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep
     }
 }
 
-// Everything pk_<env>_step writes besides obs: the state, the counters and the step's outputs.
+// Everything a rollout launch leaves in the env's buffers: the state, the counters and the last step's outputs.
 template <class Env>
 __device__ __forceinline__ void pk_env_store(REAL *__restrict__ state, int *__restrict__ steps,
                                              uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
@@ -233,15 +233,27 @@ __device__ __forceinline__ void pk_env_step(REAL *__restrict__ state, int *__res
                                             uchar *__restrict__ terminated, uchar *__restrict__ truncated,
                                             const typename Env::Params *__restrict__ p, uint seed, int max_steps,
                                             int autoreset_mode, int n, int i) {
+    // The bytes of kernels/README.md's "Bytes per env-step", as pk_env.h's pk_env_step_one: the episode counter
+    // written only where the env reset, needs_reset read and written only in next_step mode (same_step never
+    // sets it).
     REAL st[Env::D], o[Env::O], fo[Env::O], r;
     pk_load_state<Env>(state, i, n, st);
     int t = steps[i];
-    uint ep = episodes[i];
-    bool nr = needs_reset[i] != 0, term, trunc;
+    const uint ep0 = episodes[i];
+    uint ep = ep0;
+    const bool next_step = autoreset_mode != 0;  // 0: same_step, 1: next_step (pk_env_advance)
+    bool nr = next_step && needs_reset[i] != 0, term, trunc;
     pk_env_advance<Env>(st, t, ep, nr, pk_load_action<Env>(actions, i), o, fo, r, term, trunc, p, seed, max_steps,
                         autoreset_mode, i);
-    pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
-                      o, fo, r, term, trunc, n, i);
+    pk_store_state<Env>(state, i, n, st);
+    steps[i] = t;
+    if (ep != ep0) episodes[i] = ep;
+    if (next_step) needs_reset[i] = nr ? 1 : 0;
+    pk_store_row<Env>(obs, (size_t)i, o);
+    pk_store_row<Env>(final_obs, (size_t)i, fo);
+    reward[i] = r;
+    terminated[i] = term ? 1 : 0;
+    truncated[i] = trunc ? 1 : 0;
 }
 
 // The policy's action at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -258,12 +270,12 @@ __device__ __forceinline__ pk_action_t<Env> pk_env_act(const float *__restrict__
         uint c[4] = {ep, (uint)t, PK_STREAM_POLICY, 0u};
         pk_philox4x32_10(c, seed, (uint)i);
         if constexpr (Env::ACTIONS > 0)
-            return pk_policy_discrete(policy, policy_kind, hidden, x, Env::O, Env::ACTIONS, c[0]);
+            return pk_policy_discrete<Env::O, Env::ACTIONS>(policy, policy_kind, hidden, x, c[0]);
         else
-            return pk_policy_continuous(policy, policy_kind, hidden, x, Env::O, Env::ACT_HIGH, c[0], c[1]);
+            return pk_policy_continuous<Env::O>(policy, policy_kind, hidden, x, Env::ACT_HIGH, c[0], c[1]);
     } else {
         pk_box<A> a;
-        pk_policy_box<A>(policy, policy_kind, hidden, x, Env::O, Env::ACT_HIGH, seed, (uint)i, ep, (uint)t, a.v);
+        pk_policy_box<Env::O, A>(policy, policy_kind, hidden, x, Env::ACT_HIGH, seed, (uint)i, ep, (uint)t, a.v);
         return a;
     }
 }
@@ -290,9 +302,13 @@ __device__ __forceinline__ void pk_env_rollout(
     uint ep = episodes[i];
     bool nr = needs_reset[i] != 0, term = false, trunc = false;
     for (int tt = t0; tt < t0 + t_count; ++tt) {
+        // On AMD GPUs (HIP) clang otherwise turns every output's address into a per-thread 64-bit pointer
+        // carried across steps (2 VGPRs a buffer, live through the policy): pinned, i is one VGPR each step.
+        PK_PIN(i);
         const size_t at = (size_t)tt * (size_t)n + (size_t)i;
-        const pk_action_t<Env> a = pk_env_act<Env>(policy, policy_kind, hidden, o, seed, i, ep, t);
+        // the obs stored before the policy runs: with an MLP, o need not stay in registers beside it
         pk_store_row<Env>(out_obs, at, o);
+        const pk_action_t<Env> a = pk_env_act<Env>(policy, policy_kind, hidden, o, seed, i, ep, t);
         pk_store_action<Env>(out_actions, at, a);
         pk_env_advance<Env>(st, t, ep, nr, a, o, fo, r, term, trunc, p, seed, max_steps, autoreset_mode, i);
         out_rewards[at] = r;
@@ -326,7 +342,7 @@ __device__ __forceinline__ void pk_env_rollout(
             pk_env_step<Env>(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated,        \
                              truncated, params, seed, max_steps, autoreset_mode, n, i);                               \
     }                                                                                                                 \
-    extern "C" __global__ void pk_##name##_rollout(                                                                   \
+    extern "C" __global__ PK_MLP_KERNEL void pk_##name##_rollout(                                                     \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
         REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward,                              \
         uchar *__restrict__ terminated, uchar *__restrict__ truncated, const pk_##name##_params *__restrict__ params, \

@@ -263,13 +263,19 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             s = cuda.local.array(D, T)
             for j in range(D):
                 s[j] = state[j, i]
-            t, ep, nr, r, term, trunc = advance(s, steps[i], episodes[i], needs_reset[i], actions[i], obs, i,
+            # the traffic of kernels/README.md's "Bytes per env-step": the episode counter written only where the
+            # env reset, needs_reset read and written only in next_step mode
+            ep0 = episodes[i]
+            nr0 = needs_reset[i] if autoreset_mode != 0 else False
+            t, ep, nr, r, term, trunc = advance(s, steps[i], ep0, nr0, actions[i], obs, i,
                                                 final_obs, i, params, seed, max_steps, autoreset_mode, i)  # fmt: skip
             for j in range(D):
                 state[j, i] = s[j]
             steps[i] = t
-            episodes[i] = ep
-            needs_reset[i] = nr
+            if ep != ep0:
+                episodes[i] = ep
+            if autoreset_mode != 0:
+                needs_reset[i] = nr
             reward[i] = r
             terminated[i] = term
             truncated[i] = trunc
@@ -298,12 +304,14 @@ def env_kernels(spec: EnvSpec, fns: EnvFunctions, act: Callable, k: Toolkit) -> 
             row = i
             for tt in range(t0, t0 + t_count):
                 row = tt * n + i
+                # The obs stored before the policy runs (pk_common.cuh's order): with an MLP, o need not stay
+                # in registers beside it.
+                for c in range(obs_dim):
+                    out_obs[row, c] = o[0, c]
                 # The policy writes its action to out_actions[row] and the step reads it there: a scalar, or
                 # a K-wide Box's row (a device function cannot return a view; see policy.make_act).
                 act(policy, policy_kind, hidden, o, seed, i, ep, t, out_actions, row)
                 a = out_actions[row]
-                for c in range(obs_dim):
-                    out_obs[row, c] = o[0, c]
                 t, ep, nr, r, term, trunc = advance(s, t, ep, nr, a, o, 0, out_final_obs, row, params, seed, max_steps,
                                                     autoreset_mode, i)  # fmt: skip
                 out_rewards[row] = r
