@@ -90,6 +90,10 @@ def _source_entries(api: str) -> dict[str, list[tuple[str, str]]]:
             for key, args in env_header.items():  # PK_ENV_ENTRY(_step) -> pk_<stem>_step
                 found["pk_" + stem + key.removeprefix("PK_ENV_ENTRY(").removesuffix(")")] = args
         elif api == "cuda" and "PK_ENV_KERNELS(" in text:
+            # PK_ENV_KERNELS is the reset/step macro and the rollout macro (pk_common.cuh; the rollout alone with
+            # PK_ROLLOUT_ONLY): read as the two
+            text = re.sub(r"^(\s*)PK_ENV_KERNELS\((\w+),\s*(\w+)\)", r"\1PK_ENV_RESET_STEP_KERNELS(\2, \3)\n\1PK_ENV_ROLLOUT_KERNEL(\2, \3)",
+                          text, flags=re.MULTILINE)  # fmt: skip
             text = env_macro + "\n" + text
         found.update(_entries(text))
     return found

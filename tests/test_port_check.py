@@ -39,8 +39,65 @@ def _need(tc: str) -> None:
 
 @pytest.fixture(scope="module")
 def full() -> dict:
-    """The whole project check, every target and dtype (cached per build, so a warm run takes seconds)."""
-    return port_check.check(port_check.project_jobs(list(TARGETS), list(port_check.DTYPES)))
+    """The whole project check, every target and dtype (cached per build, so a warm run takes seconds). Under
+    pytest-xdist each worker running this module's tests asks for it: a lock lets one compile while the others
+    wait and then read its cache, instead of all compiling the same builds at once."""
+    import fcntl
+
+    lock = port_check.cache_dir().parent / "project-check.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return port_check.check(port_check.project_jobs(list(TARGETS), list(port_check.DTYPES)))
+
+
+def test_no_kernel_starts_to_spill_or_loses_occupancy(full: dict) -> None:
+    """Regression guard: every kernel, target and dtype the committed baseline shows with 0 spilled registers and
+    0 scratch/stack bytes (tests/data/port-check-clean.json, ``port_check.clean_rows`` of the committed check)
+    still has both, and its occupancy is no lower. A kernel that got better is fine; remake the baseline
+    (docs/port-check.md) to keep it so."""
+    for tc in {tc for tc, _ in CASES}:
+        _need(tc)
+    base = json.loads((DATA / "port-check-clean.json").read_text())
+    assert base["schema"] == port_check.CLEAN_SCHEMA and base["mlp_hidden"] == port_check.MLP_HIDDEN
+    now = {tuple(r[:5]): r for r in port_check.clean_rows(full)["rows"]}
+    every = {(r["toolchain"], r["target"], r["file"], r["kernel"], r["dtype"]): r for r in full["results"]}
+    worse = []
+    for *key, occ in base["rows"]:
+        key = tuple(key)
+        if key not in now:
+            r = every.get(key)
+            why = "no longer checked" if r is None else (
+                f"builds={r['builds']} spills={r.get('spills')} scratch={r.get('scratch_bytes')} {r.get('error', '')}")
+            worse.append(f"{' '.join(map(str, key))}: {why}")
+        elif occ is not None and (now[key][5] or 0) < occ:
+            worse.append(f"{' '.join(map(str, key))}: occupancy {now[key][5]} < {occ}")
+    assert not worse, "kernels that got worse than the committed baseline:\n" + "\n".join(worse)
+
+
+@pytest.mark.parametrize("toolchain", sorted(port_check.ROLLOUT_ONLY - {"spirv"}))
+def test_the_rollout_alone_has_the_figures_of_the_whole_file(toolchain: str) -> None:
+    """The MLP builds of clang and nvcc compile the rollout kernel alone (-DPK_ROLLOUT_ONLY): its figures equal those
+    of the whole file's build, what the backends compile (CartPole, float32, both ways built here, uncached)."""
+    _need(toolchain)
+    target = {"nvcc": "sm_90", "amd-ocl": "gfx942", "amd-hip": "gfx942"}[toolchain]
+    job = next(j for j in port_check.project_jobs([target], ["float32"])
+               if j.toolchain == toolchain and j.file.startswith("cartpole.") and "-DPK_ROLLOUT_ONLY=1" in j.options)
+    whole = port_check.Job(job.file, job.api, job.source, tuple(o for o in job.options if o != "-DPK_ROLLOUT_ONLY=1"),
+                           job.dtype, job.toolchain, job.target, job.take)  # fmt: skip
+    rows, _ = port_check.run_jobs([job, whole], workers=2, use_cache=False)
+    figures = [{k: r[k] for k in ("builds", "registers", "spills", "scratch_bytes", "lds_bytes", "simd", "occupancy")}
+               for r in rows]  # fmt: skip
+    assert rows[0]["builds"] and figures[0] == figures[1]
+
+
+def test_the_guard_fails_on_a_spill() -> None:
+    """The guard's own check, on a made-up row: a kernel clean in the baseline that spills is not clean now."""
+    row = {"builds": True, "spills": 0, "scratch_bytes": 0, "toolchain": "nvcc", "target": "sm_90", "file": "x.cu",
+           "kernel": "k", "dtype": "float32", "occupancy": {"resident": 16}}
+    assert port_check.clean_rows({"results": [row]})["rows"] == [["nvcc", "sm_90", "x.cu", "k", "float32", 16]]
+    for bad in ({"spills": 4}, {"scratch_bytes": 32}, {"builds": False}):
+        assert port_check.clean_rows({"results": [{**row, **bad}]})["rows"] == []
 
 
 @pytest.mark.parametrize(("toolchain", "target"), CASES, ids=[f"{tc}-{t}" for tc, t in CASES])

@@ -325,7 +325,7 @@ __device__ __forceinline__ void pk_env_rollout(
 // pk_<env>_reset / _step / _rollout (the OpenCL names too) are the symbols of every build: NVRTC,
 // nvcc's cubin and PTX, and a host compiler's shared library alike, with no C++ mangling to map.
 // One thread per env; the argument lists are kernels/README.md's.
-#define PK_ENV_KERNELS(name, Env)                                                                                     \
+#define PK_ENV_RESET_STEP_KERNELS(name, Env)                                                                                     \
     extern "C" __global__ void pk_##name##_reset(                                                                     \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
         REAL *__restrict__ obs, const pk_##name##_params *__restrict__ params, uint seed, int fresh, int n) {         \
@@ -341,7 +341,9 @@ __device__ __forceinline__ void pk_env_rollout(
         if (i < n)                                                                                                    \
             pk_env_step<Env>(state, steps, episodes, needs_reset, actions, obs, final_obs, reward, terminated,        \
                              truncated, params, seed, max_steps, autoreset_mode, n, i);                               \
-    }                                                                                                                 \
+    }
+
+#define PK_ENV_ROLLOUT_KERNEL(name, Env)                                                                              \
     extern "C" __global__ PK_MLP_KERNEL void pk_##name##_rollout(                                                     \
         REAL *__restrict__ state, int *__restrict__ steps, uint *__restrict__ episodes, uchar *__restrict__ needs_reset, \
         REAL *__restrict__ obs, REAL *__restrict__ final_obs, REAL *__restrict__ reward,                              \
@@ -356,5 +358,13 @@ __device__ __forceinline__ void pk_env_rollout(
                                 policy, policy_kind, hidden, out_obs, out_actions, out_rewards, out_terminated,       \
                                 out_truncated, out_final_obs, seed, max_steps, autoreset_mode, t0, t_count, n, i);    \
     }
+
+// -DPK_ROLLOUT_ONLY: the rollout kernel alone (portkern port-check's MLP builds: the reset and step kernels are
+// those of the random policy's build, so compiling them again would measure nothing new).
+#ifdef PK_ROLLOUT_ONLY
+#define PK_ENV_KERNELS(name, Env) PK_ENV_ROLLOUT_KERNEL(name, Env)
+#else
+#define PK_ENV_KERNELS(name, Env) PK_ENV_RESET_STEP_KERNELS(name, Env) PK_ENV_ROLLOUT_KERNEL(name, Env)
+#endif
 
 #endif  // PK_COMMON_CUH

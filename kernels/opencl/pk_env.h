@@ -333,6 +333,9 @@ PK_ROLLOUT_ONE void pk_env_rollout_one(RV *s, __global int *steps, __global uint
 /* ---- the entry points (kernels/README.md has the ABI); each work-item runs the PK_VW envs
  * from base = global id * PK_VW ---------------------------------------------------------------- */
 
+/* -DPK_ROLLOUT_ONLY: the rollout kernel alone (portkern port-check's MLP builds for compilers that generate
+ * each kernel on its own: the reset and step kernels are those of the random policy's build). */
+#ifndef PK_ROLLOUT_ONLY
 __kernel void PK_ENV_ENTRY(_reset)(__global REAL *state, __global int *steps,
     __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
     __global const ENV_PARAMS *params, uint seed, int fresh, int n)
@@ -345,7 +348,7 @@ __kernel void PK_ENV_ENTRY(_reset)(__global REAL *state, __global int *steps,
     pk_st_state(state, base, n, s);
 }
 
-__kernel void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
+__kernel PK_XEHPC_SIMD16 void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
     __global uint *episodes, __global uchar *needs_reset, __global const ACT *actions,
     __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
     __global uchar *terminated, __global uchar *truncated, __global const ENV_PARAMS *params,
@@ -369,7 +372,16 @@ __kernel void PK_ENV_ENTRY(_step)(__global REAL *state, __global int *steps,
     pk_st_state(state, base, n, s);
 }
 
-__kernel PK_MLP_SIMD16 void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
+#endif
+
+/* the MLP's build SIMD16 on every Intel GPU, the random policy's on Xe-HPC (pk_policy.h) */
+#ifdef PK_HAS_MLP
+#define PK_ROLLOUT_SIMD PK_MLP_SIMD16
+#else
+#define PK_ROLLOUT_SIMD PK_XEHPC_SIMD16
+#endif
+
+__kernel PK_ROLLOUT_SIMD void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
     __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
     __global REAL *final_obs, __global REAL *reward, __global uchar *terminated,
     __global uchar *truncated, __global const ENV_PARAMS *restrict params,

@@ -28,15 +28,28 @@
 #define PK_MLP_OUTS 4
 #endif
 
-/* Intel GPUs: a kernel with the MLP runs SIMD16 (16 lanes a hardware thread). At SIMD32, Xe-HPC's 128
- * registers hold 64 floats a lane, fewer than the first hidden layer alone, and IGC spilled every MLP
- * rollout ("spilled around 142-316"); at SIMD16 they hold 128. On Xe-HPG IGC fell back to SIMD8 (or spilled
- * at SIMD16) with the layer-at-a-time MLP; with this one SIMD16 fits. The random policy's kernels keep the
- * compiler's choice (forced to SIMD16, Xe-HPG spilled Acrobot's and Chain-v0's). CPU drivers pick their own. */
-#if defined(PK_HAS_MLP) && defined(cl_intel_required_subgroup_size) && !defined(PK_CPU_DEVICE)
-#define PK_MLP_SIMD16 __attribute__((intel_reqd_sub_group_size(16)))
+/* Intel GPUs: the SIMD width of the heavy kernels (16 lanes a hardware thread), set where IGC's own choice spilled.
+ * PK_MLP_SIMD16, every Intel GPU, the kernels with the MLP: at SIMD32 Xe-HPC's 128 registers hold 64 floats a lane,
+ * fewer than the first hidden layer alone (IGC spilled every MLP rollout: "spilled around 142-316"), and Xe-HPG
+ * fell back to SIMD8; at SIMD16 they fit. PK_XEHPC_SIMD16, Xe-HPC only, the step and the random policy's rollout:
+ * IGC's default there is SIMD32, at which Acrobot's, Pendulum's, CartPole's and Chain-v0's rollouts and Chain-v0's
+ * step spilled (7-104); SIMD16 is Xe-HPC's native width. Xe-HPG keeps its own choice for those (forced to SIMD16,
+ * Acrobot's and Chain-v0's spilled; it picks SIMD8 without spilling). OpenCL C names no device, so Xe-HPC is told
+ * apart as the Intel GPU with float64 (cl_khr_fp64; Xe-HPG has none). CPU drivers pick their own width. */
+#if defined(cl_intel_required_subgroup_size) && !defined(PK_CPU_DEVICE)
+#define PK_INTEL_SIMD16 __attribute__((intel_reqd_sub_group_size(16)))
+#else
+#define PK_INTEL_SIMD16
+#endif
+#if defined(PK_HAS_MLP)
+#define PK_MLP_SIMD16 PK_INTEL_SIMD16
 #else
 #define PK_MLP_SIMD16
+#endif
+#if defined(cl_khr_fp64)
+#define PK_XEHPC_SIMD16 PK_INTEL_SIMD16
+#else
+#define PK_XEHPC_SIMD16
 #endif
 
 /* PK_PIN(v), on AMD GPUs: an empty asm statement that takes v in a VGPR, so clang must have v made by then, and

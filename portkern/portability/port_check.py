@@ -104,6 +104,18 @@ def project_units(api: str, dtypes: Sequence[str]) -> list[tuple[str, str, tuple
     return units
 
 
+#: Toolchains whose compilers generate each kernel of a file on its own (clang's and nvcc's figures for the rollout
+#: are the same with or without the file's other kernels; tests/test_port_check.py checks it): an env file's MLP build
+#: is compiled with -DPK_ROLLOUT_ONLY there, the reset and step being the random build's. IGC allocates a module at
+#: once (its figures move a little without the other kernels), so ocloc builds the whole file as the backends do.
+ROLLOUT_ONLY = frozenset({"nvcc", "amd-ocl", "amd-hip", "spirv"})
+
+
+def _only_rollout(options: tuple[str, ...], toolchain: str, take: tuple) -> tuple[str, ...]:
+    mlp_rollout = len(take) == 1 and take[0][1].endswith(f"rollout mlp{MLP_HIDDEN}")
+    return (*options, "-DPK_ROLLOUT_ONLY=1") if mlp_rollout and toolchain in ROLLOUT_ONLY else options
+
+
 def project_jobs(targets: Sequence[str], dtypes: Sequence[str]) -> list[Job]:
     """Every build of the project's kernels for ``targets``; float64 only where the target has it (the backends
     build float32 only on a device without float64)."""
@@ -113,7 +125,8 @@ def project_jobs(targets: Sequence[str], dtypes: Sequence[str]) -> list[Job]:
         for target in targets:
             for tc in TARGETS[target].toolchains:
                 if TOOLCHAIN_API[tc] == api:
-                    jobs += [Job(f, api, s, o, dt, tc, target, take, expect) for f, s, o, dt, take, expect in units
+                    jobs += [Job(f, api, s, _only_rollout(o, tc, take), dt, tc, target, take, expect)
+                             for f, s, o, dt, take, expect in units
                              if dt != "float64" or TARGETS[target].fp64]  # fmt: skip
     return jobs
 
@@ -267,6 +280,23 @@ def check(jobs: Sequence[Job], workers: int | None = None, use_cache: bool = Tru
             "targets": {t: TARGETS[t].__dict__ for t in dict.fromkeys(j.target for j in jobs)},
             "seconds": round(time.perf_counter() - t0, 2), "cpu_seconds": round(_children_cpu() - c0, 2), **meta,
             "results": rows, "summary": summarise(rows)}  # fmt: skip
+
+
+#: The regression guard's baseline (tests/data/port-check-clean.json): what :func:`clean_rows` keeps of a check.
+CLEAN_SCHEMA = "portkern-port-check-clean/1"
+
+
+def clean_rows(doc: dict[str, Any]) -> dict[str, Any]:
+    """The rows of a check document whose kernel built with 0 spilled registers and 0 scratch/stack bytes, as
+    (toolchain, target, file, kernel, dtype, occupancy or None) lists: the baseline a later check must not fall
+    below (tests/test_port_check.py). SPIR-V rows carry no figures and are left out."""
+    rows = []
+    for r in doc["results"]:
+        if r["builds"] and r.get("spills") == 0 and r.get("scratch_bytes") == 0:
+            occ = (r.get("occupancy") or {}).get("resident")
+            rows.append([r["toolchain"], r["target"], r["file"], r["kernel"], r["dtype"], occ])
+    return {"schema": CLEAN_SCHEMA, "label": LABEL, "from": doc.get("created"), "mlp_hidden": doc.get("mlp_hidden"),
+            "rows": sorted(rows, key=lambda x: [str(v) for v in x])}
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
