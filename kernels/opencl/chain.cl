@@ -17,6 +17,7 @@
 #define ENV_D (2 * PK_LINKS)
 #define ENV_OBS (3 * PK_LINKS + 2)
 #define ENV_ACT_DIM PK_LINKS
+#define ENV_MLP_OWN_WAVES 1 /* AMD: held to 4 waves a SIMD its MLP rollout spills (pk_policy.h) */
 #define CHAIN_FRAME_SKIP 5 /* _chain_model.FRAME_SKIP: MuJoCo steps per env step */
 
 /* qpos_j = reset_noise * U[-1, 1) of word j % 4 of the one reset block, qvel = 0 (chain.reset). */

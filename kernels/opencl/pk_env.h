@@ -381,7 +381,7 @@ __kernel PK_XEHPC_SIMD16 void PK_ENV_ENTRY(_step)(__global REAL *state, __global
 #define PK_ROLLOUT_SIMD PK_XEHPC_SIMD16
 #endif
 
-__kernel PK_ROLLOUT_SIMD void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
+__kernel PK_ROLLOUT_SIMD PK_MLP_AMD_WAVES void PK_ENV_ENTRY(_rollout)(__global REAL *state, __global int *steps,
     __global uint *episodes, __global uchar *needs_reset, __global REAL *obs,
     __global REAL *final_obs, __global REAL *reward, __global uchar *terminated,
     __global uchar *truncated, __global const ENV_PARAMS *restrict params,

@@ -64,6 +64,17 @@
 #define PK_PIN(v) ((void)0)
 #endif
 
+/* AMD GPUs, the fixed-width MLP's float builds: ask clang for 4 waves a SIMD (at most 128 VGPRs on gfx90a and
+ * gfx942); MountainCar's rollout then takes 106 VGPRs where clang chose 127. An env whose rollout would spill
+ * held to that defines ENV_MLP_OWN_WAVES (Chain-v0: 130-132 VGPRs, 3 waves, its physics' peak beside the
+ * policy's Box-Muller; held to 128 it spilled 2). The float64 builds keep clang's choice (the HIP twin spilled
+ * there when held to 128). Other compilers: empty. */
+#if defined(__AMDGCN__) && defined(PK_MLP_HIDDEN) && !defined(PK_DOUBLE) && !defined(ENV_MLP_OWN_WAVES)
+#define PK_MLP_AMD_WAVES __attribute__((amdgpu_waves_per_eu(4)))
+#else
+#define PK_MLP_AMD_WAVES
+#endif
+
 /* uint32 -> [0, 1) from the top 24 bits, as rng.uniform: exact in float. */
 static inline FV pk_uniform_v(UV b)
 {
