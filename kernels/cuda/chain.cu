@@ -4,11 +4,16 @@
 // links has a fixed trip count and unrolls into straight-line code over per-link private arrays.
 // Every sine here comes with the cosine of the same angle: one sincos shares the argument reduction
 // (long, and inlined at every call) that separate sin and cos calls would each repeat.
-#include "pk_common.cuh"
-
 #ifndef PK_LINKS
 #define PK_LINKS 3  // the env's default, so the file also builds on its own
 #endif
+// The MLP rollout's occupancy attributes (pk_policy.cuh) are measured at the default 3 links; past that the
+// per-link quantities need more than 128 registers and held there the rollout spilled (329-778 at 10 links).
+#if PK_LINKS > 3
+#define ENV_MLP_OWN_WAVES 1
+#endif
+#include "pk_common.cuh"
+
 static_assert(PK_LINKS >= 2 && PK_LINKS <= 16, "PK_LINKS: Chain-v0 has 2 to 16 links");
 
 // Params, Act, ACTIONS and ACT_HIGH: pk_chain_shape, generated from the EnvSpec (pk_params.h).

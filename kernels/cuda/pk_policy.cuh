@@ -59,7 +59,11 @@
 // float rollouts need at most 128 either way. pk_policy.h has the same role for Intel's SIMD width
 // (PK_MLP_SIMD16). Empty in the host build and in the run-time-width build (the comparison build keeps the
 // compilers' own choice).
-#if defined(__AMDGCN__) && defined(PK_MLP_HIDDEN) && !defined(PK_DOUBLE)
+// An env whose MLP rollout would spill held to these defines ENV_MLP_OWN_WAVES first (Chain-v0 past 3 links:
+// at 10, held to 128 registers its MLP rollout spilled 329-778; bench/results/port-check/README.md).
+#if defined(ENV_MLP_OWN_WAVES)
+#define PK_MLP_KERNEL
+#elif defined(__AMDGCN__) && defined(PK_MLP_HIDDEN) && !defined(PK_DOUBLE)
 #define PK_MLP_KERNEL __attribute__((amdgpu_waves_per_eu(4)))
 #elif (defined(__NVCC__) || defined(__CUDACC_RTC__)) && defined(PK_MLP_HIDDEN)
 #define PK_MLP_KERNEL __launch_bounds__(256, 2)
