@@ -205,7 +205,9 @@ __device__ __forceinline__ void pk_env_advance(REAL st[Env::D], int &t, uint &ep
     }
 }
 
-// Everything a rollout launch leaves in the env's buffers: the state, the counters and the last step's outputs.
+// Everything a step or a rollout launch leaves in the env's buffers: the state, the counters and the (last)
+// step's outputs; the episode counter only with ep_write, needs_reset only with nr_write (a step: where the env
+// reset, and in next_step mode; a rollout launch: always).
 template <class Env>
 __device__ __forceinline__ void pk_env_store(REAL *__restrict__ state, int *__restrict__ steps,
                                              uint *__restrict__ episodes, uchar *__restrict__ needs_reset,
@@ -213,11 +215,11 @@ __device__ __forceinline__ void pk_env_store(REAL *__restrict__ state, int *__re
                                              REAL *__restrict__ reward, uchar *__restrict__ terminated,
                                              uchar *__restrict__ truncated, const REAL st[Env::D], int t, uint ep,
                                              bool nr, const REAL o[Env::O], const REAL fo[Env::O], REAL r, bool term,
-                                             bool trunc, int n, int i) {
+                                             bool trunc, bool ep_write, bool nr_write, int n, int i) {
     pk_store_state<Env>(state, i, n, st);
     steps[i] = t;
-    episodes[i] = ep;
-    needs_reset[i] = nr ? 1 : 0;
+    if (ep_write) episodes[i] = ep;
+    if (nr_write) needs_reset[i] = nr ? 1 : 0;
     pk_store_row<Env>(obs, (size_t)i, o);
     pk_store_row<Env>(final_obs, (size_t)i, fo);
     reward[i] = r;
@@ -245,15 +247,8 @@ __device__ __forceinline__ void pk_env_step(REAL *__restrict__ state, int *__res
     bool nr = next_step && needs_reset[i] != 0, term, trunc;
     pk_env_advance<Env>(st, t, ep, nr, pk_load_action<Env>(actions, i), o, fo, r, term, trunc, p, seed, max_steps,
                         autoreset_mode, i);
-    pk_store_state<Env>(state, i, n, st);
-    steps[i] = t;
-    if (ep != ep0) episodes[i] = ep;
-    if (next_step) needs_reset[i] = nr ? 1 : 0;
-    pk_store_row<Env>(obs, (size_t)i, o);
-    pk_store_row<Env>(final_obs, (size_t)i, fo);
-    reward[i] = r;
-    terminated[i] = term ? 1 : 0;
-    truncated[i] = trunc ? 1 : 0;
+    pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
+                      o, fo, r, term, trunc, ep != ep0, next_step, n, i);
 }
 
 // The policy's action at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -317,7 +312,7 @@ __device__ __forceinline__ void pk_env_rollout(
         pk_store_row<Env>(out_final_obs, at, fo);
     }
     pk_env_store<Env>(state, steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, st, t, ep, nr,
-                      o, fo, r, term, trunc, n, i);
+                      o, fo, r, term, trunc, true, true, n, i);
 }
 
 // An env's three entry points, generated from the templates above by one line in its file,

@@ -169,23 +169,6 @@ static inline void pk_env_advance(RV *s, IV *nsteps, UV *ep, IV *needs_reset, PK
     *trunc = tr;
 }
 
-/* What a step leaves in the env's own buffers, after pk_<env>_step and at the end of a rollout
- * launch: the counters, the obs it is at and the obs it reached, the reward and the flags. */
-static inline void pk_env_store(__global int *steps, __global uint *episodes, __global uchar *needs_reset,
-                         __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
-                         __global uchar *terminated, __global uchar *truncated, IV nsteps, UV ep,
-                         IV nr, const RV *o, const RV *fo, RV r, IV te, IV tr, int base, int n)
-{
-    pk_st_int(steps, base, n, nsteps);
-    pk_st_uint(episodes, base, n, ep);
-    pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
-    pk_st_rows(obs, ENV_OBS, base, n, o);
-    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
-    pk_st_real(reward, base, n, r);
-    pk_st_uchar(terminated, base, n, PK_FLAG(te));
-    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
-}
-
 /* v's lanes where mask is set: the episode counters, which change only at a reset. */
 static inline void pk_st_uint_where(__global uint *a, int base, int n, UV v, IV mask)
 {
@@ -203,6 +186,27 @@ static inline void pk_st_uint_where(__global uint *a, int base, int n, UV v, IV 
         if (m[l])
             a[base + l] = t[l];
 #endif
+}
+
+/* What a step leaves in the env's own buffers, after pk_<env>_step and at the end of a rollout
+ * launch: the counters, the obs it is at and the obs it reached, the reward and the flags. The episode
+ * counters go only to the lanes in ep_write, needs_reset only with nr_write (a step: the lanes that reset,
+ * and next_step mode; a rollout launch: every lane, always). */
+static inline void pk_env_store(__global int *steps, __global uint *episodes, __global uchar *needs_reset,
+                         __global REAL *obs, __global REAL *final_obs, __global REAL *reward,
+                         __global uchar *terminated, __global uchar *truncated, IV nsteps, UV ep,
+                         IV nr, const RV *o, const RV *fo, RV r, IV te, IV tr, IV ep_write, int nr_write,
+                         int base, int n)
+{
+    pk_st_int(steps, base, n, nsteps);
+    pk_st_uint_where(episodes, base, n, ep, ep_write);
+    if (nr_write)
+        pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
+    pk_st_rows(obs, ENV_OBS, base, n, o);
+    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
+    pk_st_real(reward, base, n, r);
+    pk_st_uchar(terminated, base, n, PK_FLAG(te));
+    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
 }
 
 /* One step of the envs at base (kernels/README.md, "Bytes per env-step"): the state, action, step and
@@ -225,15 +229,8 @@ static inline void pk_env_step_one(RV *s, __global int *steps, __global uint *ep
     RV o[ENV_OBS], fo[ENV_OBS], r;
     pk_env_advance(s, &nsteps, &ep, &nr, action, o, fo, &r, &te, &tr, &reset, params, seed, max_steps,
                    autoreset_mode, base);
-    pk_st_int(steps, base, n, nsteps);
-    pk_st_uint_where(episodes, base, n, ep, reset);
-    if (next_step)
-        pk_st_uchar(needs_reset, base, n, PK_FLAG(nr));
-    pk_st_rows(obs, ENV_OBS, base, n, o);
-    pk_st_rows(final_obs, ENV_OBS, base, n, fo);
-    pk_st_real(reward, base, n, r);
-    pk_st_uchar(terminated, base, n, PK_FLAG(te));
-    pk_st_uchar(truncated, base, n, PK_FLAG(tr));
+    pk_env_store(steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, nsteps, ep, nr,
+                 o, fo, r, te, tr, reset, next_step, base, n);
 }
 
 /* The policy's actions at obs o: Philox key (seed, env), counter (episode, steps before the step,
@@ -327,7 +324,7 @@ PK_ROLLOUT_ONE void pk_env_rollout_one(RV *s, __global int *steps, __global uint
         pk_st_rows(out_final_obs + row * ENV_OBS, ENV_OBS, base, n, fo);
     }
     pk_env_store(steps, episodes, needs_reset, obs, final_obs, reward, terminated, truncated, nsteps,
-                 ep, nr, o, fo, r, te, tr, base, n);
+                 ep, nr, o, fo, r, te, tr, (IV)(-1), 1, base, n);
 }
 
 /* ---- the entry points (kernels/README.md has the ABI); each work-item runs the PK_VW envs
