@@ -143,3 +143,21 @@ def mlp_width_option(kind: int, hidden: int, prefix: str = "-D", fixed: bool = T
     if kind != 1:
         return ()
     return (f"{prefix}PK_MLP_HIDDEN={mlp_build_width(kind, hidden)}",) if fixed else (f"{prefix}PK_MLP_RUNTIME_WIDTH=1",)
+
+
+#: The env files whose MLP rollout needs more than 128 registers a thread on Xe-HPG at SIMD8 (IGC spilled 23 and 27:
+#: Acrobot's and Chain-v0's physics beside the policy); tests/test_port_check.py checks they still do.
+XEHPG_LARGE_GRF_MLP = frozenset({"acrobot.cl", "chain.cl"})
+
+
+def intel_gpu_options(xehpc: bool, options: tuple[str, ...], filename: str = "") -> tuple[str, ...]:
+    """The register-file build option of an Intel GPU (kernels/opencl/pk_policy.h, PK_MLP_SIMD). An MLP policy's
+    kernels get 256 registers a thread (large GRF mode: 4 threads a vector engine, not 8) on Xe-HPC, where at
+    SIMD16 the 64 first-layer activations take 64 of 128 registers and IGC spilled the rest, and on Xe-HPG for
+    the envs of XEHPG_LARGE_GRF_MLP. Every other build keeps 128 (IGC's automatic choice,
+    -cl-intel-enable-auto-large-GRF-mode, also took 256 for the buffer ops on Xe-HPC, which fit 128). The OpenCL
+    backend and the port-check's ocloc builds both pass this."""
+    mlp = any(o.startswith("-DPK_MLP_HIDDEN=") for o in options)
+    if mlp and (xehpc or filename in XEHPG_LARGE_GRF_MLP):
+        return ("-cl-intel-256-GRF-per-thread",)
+    return ()

@@ -163,6 +163,65 @@ def test_parsers_read_the_compilers_reports() -> None:
     assert k.extra["sgprs_spill"] == 2  # into VGPR lanes, not memory: kept apart from the spills
 
 
+def test_intel_private_memory_counts_as_scratch() -> None:
+    """An array IGC cannot keep in registers: Xe-HPG puts it in private memory (per lane), which the figures
+    count as scratch per thread (private bytes x SIMD width), so such a kernel is never called clean."""
+    _need("ocloc")
+    src = ("__kernel void k(__global float *o, int i) { float a[512];"
+           " for (int j = 0; j < 512; ++j) a[j] = o[j] * 2.0f; o[0] = a[i & 511]; }")  # fmt: skip
+    (k,) = intel.build(src, "private.cl", "dg2", ())
+    assert k.extra["private_bytes"] >= 2048
+    assert k.scratch_bytes >= k.extra["private_bytes"] * k.simd
+    assert [] == port_check.clean_rows({"results": [{"builds": True, "spills": 0, "scratch_bytes": k.scratch_bytes,
+                                                      "toolchain": "ocloc", "target": "dg2", "file": "private.cl",
+                                                      "kernel": "k", "dtype": "float32"}]})["rows"]  # fmt: skip
+
+
+def test_intel_register_file_option() -> None:
+    """An MLP policy's kernels get 256 registers a thread on Xe-HPC, and on Xe-HPG for the envs that spill at 128;
+    everything else 128."""
+    from portkern._kernels import intel_gpu_options
+
+    mlp, large, auto = ("-DREAL=float", "-DPK_MLP_HIDDEN=64"), ("-cl-intel-256-GRF-per-thread",), ()
+    assert intel_gpu_options(True, mlp, "cartpole.cl") == large
+    assert intel_gpu_options(False, mlp, "acrobot.cl") == large
+    assert intel_gpu_options(False, mlp, "cartpole.cl") == auto
+    assert intel_gpu_options(True, ("-DREAL=float",), "acrobot.cl") == auto
+    assert intel_gpu_options(True, ("-DPK_MLP_RUNTIME_WIDTH=1",), "cartpole.cl") == auto
+
+
+def test_intel_mlp_kernels_width_and_registers(full: dict) -> None:
+    """The MLP's kernels on Intel GPUs (kernels/opencl/pk_policy.h, PK_MLP_SIMD): Xe-HPC SIMD16 with 256 registers,
+    Xe-HPG SIMD8 (32-byte registers: at SIMD16 the first layer alone filled 128), with 256 for the envs listed."""
+    from portkern._kernels import XEHPG_LARGE_GRF_MLP
+
+    _need("ocloc")
+    rows = [r for r in full["results"] if r["toolchain"] == "ocloc" and r["dtype"] == "float32"
+            and ("mlp64" in r["kernel"] or r["kernel"] == "pk_mlp_forward")]  # fmt: skip
+    assert len(rows) == 14
+    for r in rows:
+        if r["target"] == "pvc":
+            want = (16, 256)
+        else:
+            want = (8, 256 if r["file"] in XEHPG_LARGE_GRF_MLP else 128)
+        assert (r["simd"], r["registers"]["GRF"]) == want, r
+
+
+@pytest.mark.parametrize("filename", ["acrobot.cl", "chain.cl"])
+def test_the_xehpg_large_register_envs_still_need_them(monkeypatch: pytest.MonkeyPatch, filename: str) -> None:
+    """XEHPG_LARGE_GRF_MLP is not stale: built with 128 registers on Xe-HPG, those MLP rollouts spill."""
+    from portkern._kernels import XEHPG_LARGE_GRF_MLP
+
+    _need("ocloc")
+    assert filename in XEHPG_LARGE_GRF_MLP
+    (job,) = [j for j in port_check.project_jobs(["dg2"], ["float32"])
+              if j.file == filename and any(o.startswith("-DPK_MLP_HIDDEN=") for o in j.options)]  # fmt: skip
+    monkeypatch.setattr(intel, "intel_gpu_options", lambda *a: ())
+    got = {k.kernel: k for k in intel.build(job.source, job.file, "dg2", job.options)}
+    rollout = got[f"pk_{filename[:-3]}_rollout"]
+    assert rollout.registers["GRF"] == 128 and rollout.spills > 0
+
+
 def test_isa_version_substitution_is_recorded() -> None:
     _need("amd-ocl")
     assert amd.isa_number("gfx942") == 9402 and amd.isa_number("gfx90a") == 9010

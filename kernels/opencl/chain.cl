@@ -17,7 +17,9 @@
 #define ENV_D (2 * PK_LINKS)
 #define ENV_OBS (3 * PK_LINKS + 2)
 #define ENV_ACT_DIM PK_LINKS
-#define ENV_MLP_OWN_WAVES 1 /* AMD: held to 4 waves a SIMD its MLP rollout spills (pk_policy.h) */
+#if PK_LINKS > 3
+#define ENV_MLP_OWN_WAVES 1 /* AMD: past 3 links, held to 4 waves a SIMD its MLP rollout spills (pk_policy.h) */
+#endif
 #define CHAIN_FRAME_SKIP 5 /* _chain_model.FRAME_SKIP: MuJoCo steps per env step */
 
 /* qpos_j = reset_noise * U[-1, 1) of word j % 4 of the one reset block, qvel = 0 (chain.reset). */
@@ -44,6 +46,15 @@ static inline void chain_kinematics(const RV *q, const RV *v, RV *ex, RV *ez, RV
         ex[j] = -sin(phi);
         ez[j] = -cos(phi);
         w[j] = wi;
+#ifndef PK_DOUBLE
+        /* AMD: link j's sine and cosine made before the next angle exists (pk_common.h). Without it clang
+         * interleaved the links' argument reductions: the MLP rollout took 130-132 VGPRs, 3 waves a SIMD on
+         * gfx90a/gfx942; pinned it fits 128 with no spill and runs 4 (the step 122 -> 115). The float64
+         * builds gained nothing (gfx1100's MLP rollout lost a wave): unpinned. */
+        PK_PIN(ex[j]);
+        PK_PIN(ez[j]);
+        PK_PIN(phi);
+#endif
     }
 }
 

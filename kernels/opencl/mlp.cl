@@ -3,7 +3,7 @@
 #include "pk_policy.h"
 
 /* out[i] = MLP(obs[i]) in float32, obs cast to float first; obs_dim, out_dim <= PK_MLP_MAX. */
-__kernel PK_MLP_SIMD16 PK_MLP_AMD_WAVES void pk_mlp_forward(__global const float *restrict policy, int hidden, int obs_dim,
+__kernel PK_MLP_SIMD PK_MLP_AMD_WAVES void pk_mlp_forward(__global const float *restrict policy, int hidden, int obs_dim,
                                            int out_dim, __global const REAL *obs, __global float *out,
                                            int n)
 {

@@ -14,6 +14,18 @@
 
 #include "pk_vec.h"
 
+/* PK_PIN(v), on AMD GPUs: an empty asm statement that takes v in a VGPR, so clang must have v made by then, and
+ * keeps such statements in order. The layers are unrolled straight-line code of 64 units, and without it clang
+ * scheduled all the units' products, or all their tanh, ahead of the adds that consume them: 64 temporaries on
+ * top of the 64 activations (mlp.cl's per-step kernel 241 VGPRs, 2 waves a SIMD on gfx942). Pinned unit by unit, the
+ * same code needs 87 (5 waves); Chain-v0's link loops use it alike (chain.cl). No instruction is added and
+ * the values are unchanged. Other compilers keep their order (the macro is empty there). */
+#ifdef __AMDGCN__
+#define PK_PIN(v) __asm__ volatile("" : "+v"(v))
+#else
+#define PK_PIN(v) ((void)0)
+#endif
+
 #define PK_STREAM_RESET 0u
 #define PK_STREAM_POLICY 1u
 

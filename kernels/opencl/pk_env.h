@@ -371,9 +371,9 @@ __kernel PK_XEHPC_SIMD16 void PK_ENV_ENTRY(_step)(__global REAL *state, __global
 
 #endif
 
-/* the MLP's build SIMD16 on every Intel GPU, the random policy's on Xe-HPC (pk_policy.h) */
+/* the Intel SIMD width of the MLP build, and of the random policy's on Xe-HPC (pk_policy.h) */
 #ifdef PK_HAS_MLP
-#define PK_ROLLOUT_SIMD PK_MLP_SIMD16
+#define PK_ROLLOUT_SIMD PK_MLP_SIMD
 #else
 #define PK_ROLLOUT_SIMD PK_XEHPC_SIMD16
 #endif

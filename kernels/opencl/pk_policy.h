@@ -28,46 +28,42 @@
 #define PK_MLP_OUTS 4
 #endif
 
-/* Intel GPUs: the SIMD width of the heavy kernels (16 lanes a hardware thread), set where IGC's own choice spilled.
- * PK_MLP_SIMD16, every Intel GPU, the kernels with the MLP: at SIMD32 Xe-HPC's 128 registers hold 64 floats a lane,
- * fewer than the first hidden layer alone (IGC spilled every MLP rollout: "spilled around 142-316"), and Xe-HPG
- * fell back to SIMD8; at SIMD16 they fit. PK_XEHPC_SIMD16, Xe-HPC only, the step and the random policy's rollout:
- * IGC's default there is SIMD32, at which Acrobot's, Pendulum's, CartPole's and Chain-v0's rollouts and Chain-v0's
- * step spilled (7-104); SIMD16 is Xe-HPC's native width. Xe-HPG keeps its own choice for those (forced to SIMD16,
- * Acrobot's and Chain-v0's spilled; it picks SIMD8 without spilling). OpenCL C names no device, so Xe-HPC is told
- * apart as the Intel GPU with float64 (cl_khr_fp64; Xe-HPG has none). CPU drivers pick their own width. */
+/* Intel GPUs: the SIMD width of the heavy kernels, set where IGC's own choice spilled. OpenCL C names no device,
+ * so Xe-HPC is told apart as the Intel GPU with float64 (cl_khr_fp64; Xe-HPG has none). CPU drivers pick their own.
+ * PK_MLP_SIMD, the kernels with the MLP, whose 64 first-layer activations live in registers through the second
+ * layer: Xe-HPC SIMD16 (its registers are 64 bytes, one float a lane at SIMD16; at SIMD32 its 128 registers held
+ * 64 floats a lane, fewer than h1 alone: "spilled around 142-316"), Xe-HPG SIMD8 (32-byte registers: at SIMD16 h1
+ * alone is all 128 of them; IGC then kept the rollout's arrays in private memory, 320-740 bytes a lane). The
+ * MLP builds' register file is a build option, not the source's: 256 registers a thread (4 threads a vector
+ * engine instead of 8) on Xe-HPC, where SIMD16 at 128 spilled, and for Acrobot's and Chain-v0's on Xe-HPG, which
+ * spilled 23-27 at SIMD8 (intel_gpu_options in portkern/_kernels.py; the backend and the port-check pass it).
+ * PK_XEHPC_SIMD16, Xe-HPC only, the step and the random policy's rollout: IGC's default there is
+ * SIMD32, at which Acrobot's, Pendulum's, CartPole's and Chain-v0's rollouts and Chain-v0's step spilled (7-104);
+ * SIMD16 is Xe-HPC's native width. Xe-HPG keeps its own choice for those (forced to SIMD16, Acrobot's and
+ * Chain-v0's spilled; it picks SIMD8 without spilling). */
 #if defined(cl_intel_required_subgroup_size) && !defined(PK_CPU_DEVICE)
 #define PK_INTEL_SIMD16 __attribute__((intel_reqd_sub_group_size(16)))
+#define PK_INTEL_SIMD8 __attribute__((intel_reqd_sub_group_size(8)))
 #else
 #define PK_INTEL_SIMD16
-#endif
-#if defined(PK_HAS_MLP)
-#define PK_MLP_SIMD16 PK_INTEL_SIMD16
-#else
-#define PK_MLP_SIMD16
+#define PK_INTEL_SIMD8
 #endif
 #if defined(cl_khr_fp64)
 #define PK_XEHPC_SIMD16 PK_INTEL_SIMD16
 #else
 #define PK_XEHPC_SIMD16
 #endif
-
-/* PK_PIN(v), on AMD GPUs: an empty asm statement that takes v in a VGPR, so clang must have v made by then, and
- * keeps such statements in order. The layers are unrolled straight-line code of 64 units, and without it clang
- * scheduled all the units' products, or all their tanh, ahead of the adds that consume them: 64 temporaries on
- * top of the 64 activations (pk_mlp_forward 241 VGPRs, 2 waves a SIMD on gfx942). Pinned unit by unit, the
- * same code needs 87 (5 waves). No instruction is added and the values are unchanged. Other compilers keep
- * their order (the macro is empty there). */
-#ifdef __AMDGCN__
-#define PK_PIN(v) __asm__ volatile("" : "+v"(v))
+#if !defined(PK_HAS_MLP)
+#define PK_MLP_SIMD
+#elif defined(cl_khr_fp64)
+#define PK_MLP_SIMD PK_INTEL_SIMD16
 #else
-#define PK_PIN(v) ((void)0)
+#define PK_MLP_SIMD PK_INTEL_SIMD8
 #endif
 
 /* AMD GPUs, the fixed-width MLP's float builds: ask clang for 4 waves a SIMD (at most 128 VGPRs on gfx90a and
  * gfx942); MountainCar's rollout then takes 106 VGPRs where clang chose 127. An env whose rollout would spill
- * held to that defines ENV_MLP_OWN_WAVES (Chain-v0: 130-132 VGPRs, 3 waves, its physics' peak beside the
- * policy's Box-Muller; held to 128 it spilled 2). The float64 builds keep clang's choice (the HIP twin spilled
+ * held to that defines ENV_MLP_OWN_WAVES (Chain-v0 past 3 links, chain.cl). The float64 builds keep clang's choice (the HIP twin spilled
  * there when held to 128). Other compilers: empty. */
 #if defined(__AMDGCN__) && defined(PK_MLP_HIDDEN) && !defined(PK_DOUBLE) && !defined(ENV_MLP_OWN_WAVES)
 #define PK_MLP_AMD_WAVES __attribute__((amdgpu_waves_per_eu(4)))
@@ -98,7 +94,16 @@ static inline FV pk_tanh(FV x)
     p = a2 * p + -0.33333281f;
     const FV small = a + a * (a2 * p);
     const FV large = 1.0f - 2.0f / (exp(a + a) + 1.0f);
+#ifdef __AMDGCN__
     return copysign(select(large, small, a < 0.625f), x);
+#else
+    /* the same pick without a compare: a - 0.625 is negative exactly when a < 0.625 (two different floats never
+     * subtract to 0), so its sign bit, spread by an arithmetic shift, is the mask. With the select, Intel's
+     * compiler held the 64 units' compares in flag registers and spilled them (Pendulum's rollout, Xe-HPC);
+     * on AMD the select is one instruction and the mask cost up to 4 VGPRs (gfx1100: 12 -> 10 waves). */
+    const IV m = PK_CAT(as_, IV)(a - 0.625f) >> 31;
+    return copysign(PK_CAT(as_, FV)((PK_CAT(as_, IV)(small) & m) | (PK_CAT(as_, IV)(large) & ~m)), x);
+#endif
 }
 #endif
 
@@ -128,31 +133,54 @@ static inline FV pk_tanh(FV x)
 #define PK_MLP_BLOCK 1
 #endif
 
+/* PK_MLP_EACH(F) writes F(0) .. F(PK_MLP_HIDDEN - 1) out with the preprocessor, a statement per hidden unit
+ * (widths up to 64; wider builds keep the loop with its unroll hint). Why not `#pragma unroll` on the first layer:
+ * Intel's compiler lost that hint on its way in (the SPIR-V carries the loop control, IGC's IR had none), unrolled
+ * the loop by 4 and kept h1 as an array indexed at run time, in private memory (Xe-HPC: 4-8 KB scratch a thread;
+ * Xe-HPG: 256-392 bytes a lane of private memory). Written out, h1 is indexed by constants for every compiler,
+ * and the code clang makes from the hint is the same. */
+#if PK_MLP_HIDDEN <= 64
+#define PK_MLP_U1(F, j) if ((j) < PK_MLP_HIDDEN) { F(j); }
+#define PK_MLP_U4(F, j) PK_MLP_U1(F, (j)) PK_MLP_U1(F, (j) + 1) PK_MLP_U1(F, (j) + 2) PK_MLP_U1(F, (j) + 3)
+#define PK_MLP_U16(F, j) PK_MLP_U4(F, (j)) PK_MLP_U4(F, (j) + 4) PK_MLP_U4(F, (j) + 8) PK_MLP_U4(F, (j) + 12)
+#define PK_MLP_EACH(F) PK_MLP_U16(F, 0) PK_MLP_U16(F, 16) PK_MLP_U16(F, 32) PK_MLP_U16(F, 48)
+#else
+#define PK_MLP_EACH(F) _Pragma("unroll") for (int j_ = 0; j_ < PK_MLP_HIDDEN; ++j_) { F(j_); }
+#endif
+
 /* The first layer, one input at a time: pk_mlp_h1_init, pk_mlp_h1_add for k = 0 .. in - 1, pk_mlp_h1_end. */
 static inline void pk_mlp_h1_init(FV *h1)
 {
-#pragma unroll
-    for (int j = 0; j < PK_MLP_HIDDEN; ++j)
-        h1[j] = (FV)(0.0f);
+#define PK_F(j) h1[j] = (FV)(0.0f)
+    PK_MLP_EACH(PK_F)
+#undef PK_F
 }
 
 static inline void pk_mlp_h1_add(FV *h1, __global const float *w1, int k, FV xk)
 {
     __global const float *row = w1 + k * PK_MLP_HIDDEN;
-#pragma unroll
-    for (int j = 0; j < PK_MLP_HIDDEN; ++j) {
-        h1[j] = h1[j] + xk * row[j];
-        PK_PIN(h1[j]);
-    }
+#define PK_F(j) h1[j] = h1[j] + xk * row[j]; PK_PIN(h1[j])
+    PK_MLP_EACH(PK_F)
+#undef PK_F
 }
 
 static inline void pk_mlp_h1_end(FV *h1, __global const float *b1)
 {
+#define PK_F(j) h1[j] = pk_tanh(h1[j] + b1[j]); PK_PIN(h1[j])
+    PK_MLP_EACH(PK_F)
+#undef PK_F
+}
+
+/* Hidden unit j of the first layer from the in inputs x: the dot product in input order, the bias, tanh. */
+static inline FV pk_mlp_unit1(__global const float *policy, int in, const FV *x, int j)
+{
+    FV acc = (FV)(0.0f);
 #pragma unroll
-    for (int j = 0; j < PK_MLP_HIDDEN; ++j) {
-        h1[j] = pk_tanh(h1[j] + b1[j]);
-        PK_PIN(h1[j]);
+    for (int k = 0; k < in; ++k) {
+        acc = acc + x[k] * policy[k * PK_MLP_HIDDEN + j];
+        PK_PIN(acc);
     }
+    return pk_tanh(acc + policy[in * PK_MLP_HIDDEN + j]);
 }
 
 /* Outputs o0 .. o0 + PK_MLP_OUTS - 1 (those below out) of the second and output layers from h1, into y. */
@@ -200,17 +228,9 @@ static inline void pk_mlp(__global const float *policy, int hidden, int in, int 
 {
     (void)hidden; /* the host builds with the width it launches with */
     FV h1[PK_MLP_HIDDEN];
-#pragma unroll
-    for (int j = 0; j < PK_MLP_HIDDEN; ++j) {
-        FV acc = (FV)(0.0f);
-#pragma unroll
-        for (int k = 0; k < in; ++k) {
-            acc = acc + x[k] * policy[k * PK_MLP_HIDDEN + j];
-            PK_PIN(acc);
-        }
-        h1[j] = pk_tanh(acc + policy[in * PK_MLP_HIDDEN + j]);
-        PK_PIN(h1[j]);
-    }
+#define PK_F(j) h1[j] = pk_mlp_unit1(policy, in, x, j); PK_PIN(h1[j])
+    PK_MLP_EACH(PK_F)
+#undef PK_F
     __global const float *w2 = policy + in * PK_MLP_HIDDEN + PK_MLP_HIDDEN;
     for (int o0 = 0; o0 < out; o0 += PK_MLP_OUTS)
         pk_mlp_tail(w2, out, o0, h1, y + o0);

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import tuning
-from .._kernels import load_source, source_hash
+from .._kernels import intel_gpu_options, load_source, source_hash
 from ..envs import ENVS
 
 try:  # optional dependency (the backend's probe() reports it missing); opencl.py registers drivers first
@@ -42,6 +42,15 @@ class OpenCLPrograms:
                 )
             return ("-DREAL=double", "-DPK_DOUBLE=1")
         raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
+
+    def _intel_options(self, options: tuple[str, ...], filename: str) -> tuple[str, ...]:
+        """The register-file option of an Intel GPU (intel_gpu_options; Xe-HPC told apart by its float64, as
+        kernels/opencl/pk_policy.h does); none on other devices."""
+
+        d = self.device
+        if not d.type & cl.device_type.GPU or "intel" not in d.vendor.lower():
+            return ()
+        return intel_gpu_options(bool(self.supports_float64), options, filename)
 
     def _compile(self, filename: str, source: str, options: tuple[str, ...]) -> Any:
         """Build from source. The compiler's output is kept in ``build_logs`` instead of pyopencl's
@@ -76,7 +85,8 @@ class OpenCLPrograms:
         program belongs to the context it was built in: another instance (its own context) makes
         its program from the cached one's device binary instead of compiling the source again.
         """
-        options = ("-cl-std=CL1.2", *options, *self._fp32_options, *self._device_options)
+        options = ("-cl-std=CL1.2", *options, *self._fp32_options, *self._device_options,
+                   *self._intel_options(options, filename))  # fmt: skip
         # The cached entry holds the context the program was built in: Intel's CPU runtime destroys a
         # context when its creator lets go of it, programs or not ("INVALID_CONTEXT" afterwards).
         shared, context = self._program(

@@ -5,7 +5,8 @@ ocloc prints a warning only for kernels that spill ("compiled SIMD32 allocated 1
 around 291"); the other figures come from the device binary itself. The 22.x ocloc writes an ELF
 whose "Intel(R) OpenCL Device Binary" section holds patch tokens (the layout of IGC's
 ``patch_list.h``/``patch_shared.h``): the execution-environment token gives the SIMD width and the
-GRF count, the VFE-state token the scratch space per thread, the local-surface token the SLM.
+GRF count, the VFE-state token the scratch space per thread, the local-surface token the SLM, the
+stateless-private-memory token the private memory per lane (counted in the scratch figure: it is memory all the same).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from .._kernels import intel_gpu_options
 from .base import APT_INSTALL, BuildFailed, first_error, KernelResult, run, staged, Tool, which
 
-#: ocloc's build options besides the build's own (as the OpenCL backend builds: OpenCL C 1.2).
+#: ocloc's build options besides the build's own, as the OpenCL backend builds: OpenCL C 1.2; then the register
+#: file option of portkern._kernels.intel_gpu_options (Xe-HPC's large GRF mode).
 FLAGS = ("-cl-std=CL1.2",)
 #: Patch tokens read here (IGC's PATCH_TOKEN enum).
 ALLOCATE_LOCAL_SURFACE, MEDIA_VFE_STATE, EXECUTION_ENVIRONMENT, STATELESS_PRIVATE_MEMORY = 15, 18, 23, 38
@@ -78,6 +81,10 @@ def parse_binary(elf: bytes) -> dict[str, KernelResult]:
                 k.extra["private_bytes"] = struct.unpack_from("<4I", body)[3]
             pos += max(size, 8)
         pos = end
+        # Private memory (arrays IGC could not keep in registers; per lane) is memory traffic as scratch is:
+        # counted in scratch_bytes per thread, as the lanes of a thread need it.
+        if k.extra.get("private_bytes") and k.simd:
+            k.scratch_bytes = max(k.scratch_bytes or 0, k.extra["private_bytes"] * k.simd)
         out[name] = k
     return out
 
@@ -89,8 +96,9 @@ def build(source: str, filename: str, target: str, options: tuple[str, ...]) -> 
     tool = find()
     with staged(tool, source, filename) as src:
         tmp = str(src.parent)
+        flags = (*FLAGS, *options, *intel_gpu_options(target == "pvc", options, filename))
         res = run([tool.path, "compile", "-file", str(src), "-device", target, "-options",
-                   " ".join((*FLAGS, *options)), "-output", "k", "-out_dir", tmp], cwd=tmp)  # fmt: skip
+                   " ".join(flags), "-output", "k", "-out_dir", tmp], cwd=tmp)  # fmt: skip
         text = res.stdout + res.stderr
         bins = sorted(Path(tmp).glob("k*.bin"))
         if res.returncode or not bins:
