@@ -447,3 +447,23 @@ def test_a_missing_compiler_is_a_row_not_a_crash(monkeypatch: pytest.MonkeyPatch
     assert all(r["error"].startswith("not available here: apt-get install") for r in doc["results"])
     lines = port_check_cli.table_lines(doc)
     assert any("not available here: apt-get install" in ln and "ocloc" in ln for ln in lines)
+
+
+def test_the_opencl_backend_passes_the_intel_register_option() -> None:
+    """The backend builds with intel_gpu_options on an Intel GPU only (the same option the port-check's ocloc rows
+    carry), Xe-HPC told apart by its float64."""
+    from types import SimpleNamespace
+
+    cl = pytest.importorskip("pyopencl")
+    from portkern.backends._opencl_build import OpenCLPrograms
+
+    def opts(kind: int, vendor: str, fp64: bool, options: tuple[str, ...], filename: str) -> tuple[str, ...]:
+        fake = SimpleNamespace(device=SimpleNamespace(type=kind, vendor=vendor), supports_float64=fp64)
+        return OpenCLPrograms._intel_options(fake, options, filename)
+
+    gpu, cpu, mlp = cl.device_type.GPU, cl.device_type.CPU, ("-DREAL=float", "-DPK_MLP_HIDDEN=64")
+    assert opts(gpu, "Intel(R) Corporation", True, mlp, "cartpole.cl") == ("-cl-intel-256-GRF-per-thread",)
+    assert opts(gpu, "Intel(R) Corporation", False, mlp, "cartpole.cl") == ()
+    assert opts(gpu, "Intel(R) Corporation", False, mlp, "chain.cl") == ("-cl-intel-256-GRF-per-thread",)
+    assert opts(cpu, "Intel(R) Corporation", True, mlp, "cartpole.cl") == ()
+    assert opts(gpu, "Advanced Micro Devices, Inc.", True, mlp, "cartpole.cl") == ()
