@@ -1,14 +1,16 @@
 """GPU measurements for one lent machine, one process per backend family (bench/gpu/run_gpu.sh runs it once for
 cupy and numba, once for OpenCL, once for torch and torch.compile, once for JAX, so each family's imports and CUDA
-context are paid once): the device (name, memory, clocks, copy ceiling, fp32 and fp64 peaks, measured), the
-CartPole step kernel's bytes against the copy ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0
+context are paid once): the device (name, memory, clocks, copy ceiling, fp32 and fp64 peaks, measured), in the
+CUDA family a check (trig_bits: pk_common.cuh's float sin and cos against CUDA's, bit for bit; its failure fails
+the process), the CartPole step kernel's bytes against the copy ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0
 at K = 3 and 10, then the lower-value sections. Every section is bounded (its declared limit, an alarm) and the
 JSON is rewritten after each one, with a timing entry per section (declared limit, used seconds, status).
 
     python3 bench/gpu/gpu_bench.py --family cuda --backends cupy,numba --device-info --out DIR
 
 Without a GPU (``run_gpu.sh --rehearse``) the same sections run on CPU stand-ins (cuda_host or Numba's simulator,
-PoCL, torch and JAX on the CPU) at tiny sizes, and ``--strict`` turns any failed section into exit status 1.
+PoCL, torch and JAX on the CPU) at tiny sizes (trig_bits builds its kernel only), and ``--strict`` turns any
+failed section into exit status 1.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ _DEADLINE = [float("inf"), float("inf")]  # perf_counter(): no section starts af
 #: Declared limit (seconds) per kind of section on a GPU; the compiled frameworks' sections get COMPILED_FACTOR
 #: times more (torch.compile's Inductor compile, XLA). A section past its limit is stopped (SIGALRM, which
 #: Python takes as soon as the running call returns to it) and recorded as failed; --budget-s bounds the process.
-SECTION_LIMITS = {"device": 25, "step": 10, "gae": 8, "rollout": 12, "chain": 15, "extra": 8}
+SECTION_LIMITS = {"device": 25, "check": 15, "step": 10, "gae": 8, "rollout": 12, "chain": 15, "extra": 8}
 COMPILED_FACTOR = 2.5
 _TIMINGS: list[dict[str, Any]] = []  # one entry per section: declared limit, used seconds, status
 
@@ -492,6 +494,21 @@ def _free() -> None:
             pass
 
 
+#: Sections that check rather than measure: a failure fails the process, --strict or not.
+CHECKS = ("trig_bits",)
+
+
+def trig_bits() -> dict[str, Any]:
+    """bench/gpu/trig_bits.py: pk_common.cuh's float sin and cos against CUDA's sinf, cosf and sincosf, bit for bit
+    (without a GPU, its kernel built through NVRTC only: not applicable)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trig_bits", os.path.join(os.path.dirname(__file__), "trig_bits.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.check()
+
+
 def _limit(kind: str, name: str | None = None) -> float:
     return SECTION_LIMITS[kind] * (COMPILED_FACTOR if name in COMPILED else 1) * _LIMIT_SCALE[0]
 
@@ -572,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
     save()
 
     compiled_kinds = {k.strip() for k in args.compiled_sections.split(",") if k.strip()}
+    if "cupy" in backends or "cuda_host" in backends:  # the CUDA family (cuda_host: the rehearsal's stand-in)
+        section(results, "trig_bits", trig_bits, _limit("check"))
+        save()
 
     def run(key: str, kind: str, b: str | None, fn: Callable[[], Any]) -> None:
         if b in COMPILED and kind not in compiled_kinds:
@@ -637,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; failed: {', '.join(failed)})" if failed else ")"))  # fmt: skip
     for key in failed:  # the reason in the step's log too, not only in the JSON (a lease may end before read-back)
         print(f"  {key}: {str((results.get(key) or {}).get('error', '?')).splitlines()[0][:300]}")
-    return 1 if args.strict and failed else 0
+    return 1 if (args.strict and failed) or set(failed) & set(CHECKS) else 0
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@
 # Steps (name, declared limit in seconds), in this order, the figures no other machine can give first:
 #   setup             install the carried wheels (.device/setup.sh)
 #   gpu_cuda          bench/gpu/gpu_bench.py, one process for cupy and numba: the device (name, memory, clocks,
-#                     copy ceiling, fp32/fp64 peaks, measured), the CartPole step kernel's bytes against the copy
-#                     ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0 at K = 3 and 10, then the
-#                     lower-value sections while its budget lasts
+#                     copy ceiling, fp32/fp64 peaks, measured), pk_common.cuh's float sin and cos against CUDA's
+#                     bit for bit (bench/gpu/trig_bits.py: a mismatch fails the step), the CartPole step kernel's
+#                     bytes against the copy ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0 at
+#                     K = 3 and 10, then the lower-value sections while its budget lasts
 #   gpu_opencl        the same on NVIDIA's OpenCL; gpu_torch: torch and torch.compile on cuda; gpu_jax: JAX (XLA)
 #   parity_cuda       tests/test_parity.py, one pytest process (-n 0): cupy, numba, torch eager, jax
 #   parity_opencl     the same on NVIDIA's OpenCL

@@ -11,12 +11,12 @@ struct PkAcrobot : pk_acrobot_shape {
     // Gymnasium's _dsdt, operation for operation (constant products precomputed in params).
     __device__ static void dsdt(const pk_acrobot_params *__restrict__ p, REAL a, const REAL y[4], REAL out[4]) {
         const REAL theta1 = y[0], theta2 = y[1], dtheta1 = y[2], dtheta2 = y[3];
-        const REAL cos2 = cos(theta2), sin2 = sin(theta2);
+        const REAL cos2 = pk_cos(theta2), sin2 = pk_sin(theta2);
         const REAL d1 = p->c_a + p->m2 * (p->c_b + p->c_c * cos2) + p->i1 + p->i2;
         const REAL d2 = p->m2 * (p->c_d + p->c_e * cos2) + p->i2;
-        const REAL phi2 = p->c_f * cos(theta1 + theta2 - p->half_pi);
+        const REAL phi2 = p->c_f * pk_cos(theta1 + theta2 - p->half_pi);
         const REAL phi1 = p->c_g * (dtheta2 * dtheta2) * sin2 - p->c_h * dtheta2 * dtheta1 * sin2
-            + p->c_j * cos(theta1 - p->half_pi) + phi2;
+            + p->c_j * pk_cos(theta1 - p->half_pi) + phi2;
         const REAL ddtheta2 = (a + d2 / d1 * phi1 - p->c_k * (dtheta1 * dtheta1) * sin2 - phi2)
             / (p->c_l + p->i2 - (d2 * d2) / d1);
         const REAL ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
@@ -56,15 +56,15 @@ struct PkAcrobot : pk_acrobot_shape {
         s[1] = wrap(s[1], -p->pi, p->pi, p->two_pi);
         s[2] = pk_min(pk_max(s[2], -p->max_vel_1), p->max_vel_1);
         s[3] = pk_min(pk_max(s[3], -p->max_vel_2), p->max_vel_2);
-        term = -cos(s[0]) - cos(s[1] + s[0]) > (REAL)1.0;
+        term = -pk_cos(s[0]) - pk_cos(s[1] + s[0]) > (REAL)1.0;
         reward = term ? (REAL)0.0 : (REAL)-1.0;
     }
 
     __device__ static void observe(const REAL s[4], REAL o[6]) {
-        o[0] = cos(s[0]);
-        o[1] = sin(s[0]);
-        o[2] = cos(s[1]);
-        o[3] = sin(s[1]);
+        o[0] = pk_cos(s[0]);
+        o[1] = pk_sin(s[0]);
+        o[2] = pk_cos(s[1]);
+        o[3] = pk_sin(s[1]);
         o[4] = s[2];
         o[5] = s[3];
     }

@@ -12,8 +12,8 @@ struct PkCartPole : pk_cartpole_shape {
                                 bool &term) {
         const REAL x = s[0], x_dot = s[1], theta = s[2], theta_dot = s[3];
         const REAL force = action == 1 ? p->force_mag : -p->force_mag;
-        const REAL costheta = cos(theta);
-        const REAL sintheta = sin(theta);
+        const REAL costheta = pk_cos(theta);
+        const REAL sintheta = pk_sin(theta);
         const REAL temp = (force + p->polemass_length * (theta_dot * theta_dot) * sintheta) / p->total_mass;
         const REAL thetaacc = (p->gravity * sintheta - costheta * temp)
             / (p->length * ((REAL)(4.0 / 3.0) - p->masspole * (costheta * costheta) / p->total_mass));

@@ -12,7 +12,7 @@ struct PkMountainCar : pk_mountain_car_shape {
                                 bool &term) {
         REAL position = s[0], velocity = s[1];
         const REAL push = (REAL)(action - 1) * p->force;
-        velocity = velocity + (push + cos((REAL)3.0 * position) * (-p->gravity));
+        velocity = velocity + (push + pk_cos((REAL)3.0 * position) * (-p->gravity));
         velocity = pk_clip(velocity, -p->max_speed, p->max_speed);
         position = position + velocity;
         position = pk_clip(position, p->min_position, p->max_position);

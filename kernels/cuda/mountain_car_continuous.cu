@@ -14,7 +14,7 @@ struct PkMountainCarContinuous : pk_mountain_car_continuous_shape {
         REAL position = s[0], velocity = s[1];
         const REAL a = (REAL)action;
         const REAL force = pk_min(pk_max(a, p->min_action), p->max_action);
-        velocity = velocity + (force * p->power - p->gravity * cos((REAL)3.0 * position));
+        velocity = velocity + (force * p->power - p->gravity * pk_cos((REAL)3.0 * position));
         velocity = pk_min(velocity, p->max_speed);
         velocity = pk_max(velocity, -p->max_speed);
         position = position + velocity;

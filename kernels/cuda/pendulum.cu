@@ -28,7 +28,7 @@ struct PkPendulum : pk_pendulum_shape {
         const REAL u_acc = (REAL)((float)p->torque_coef * u);
         const REAL an = angle_normalize(th, p->pi, p->two_pi);
         const REAL costs = an * an + (REAL)(0.1) * (thdot * thdot) + u_cost;
-        REAL newthdot = thdot + (p->grav_coef * sin(th) + u_acc) * p->dt;
+        REAL newthdot = thdot + (p->grav_coef * pk_sin(th) + u_acc) * p->dt;
         newthdot = pk_clip(newthdot, -p->max_speed, p->max_speed);
         s[0] = th + newthdot * p->dt;
         s[1] = newthdot;
@@ -37,8 +37,8 @@ struct PkPendulum : pk_pendulum_shape {
     }
 
     __device__ static void observe(const REAL s[2], REAL o[3]) {
-        o[0] = cos(s[0]);
-        o[1] = sin(s[0]);
+        o[0] = pk_cos(s[0]);
+        o[1] = pk_sin(s[0]);
         o[2] = s[1];
     }
 };

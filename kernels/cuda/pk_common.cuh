@@ -34,9 +34,121 @@ __device__ __forceinline__ void pk_philox4x32_10(uint c[4], uint k0, uint k1) {
     }
 }
 
-// sincos of REAL: CUDA overloads sincos for float, HIP does not (it has sincos(double) and sincosf(float)
-// only), so the float build names sincosf itself; the same function CUDA's float overload calls.
+// ---- sin and cos of REAL ---------------------------------------------------------------------------
+// pk_sin, pk_cos, pk_sincos: what the env kernels call. double: CUDA's (HIP's) sin, cos and sincos. float: HIP and
+// the host build call sin, cos and sincosf as before (HIP has no float overload of sincos, so the float build
+// names sincosf itself, the function CUDA's float overload calls); NVIDIA builds call the versions below, made
+// to give sinf's, cosf's and sincosf's bits for every float input (checked on a GPU by bench/gpu/trig_bits.py).
+//
+// Why on NVIDIA: libdevice's sinf, cosf and sincosf reduce |x| >= 105615 by Payne-Hanek into a local uint32[7]
+// read at a run-time index. ptxas keeps that array in registers unless an IEEE division (its slow path a called
+// subroutine) comes earlier in the kernel, as in every rollout's loop: then a 32-byte stack frame stays. Behind
+// `if (fabsf(x) >= 105615.0f)` NVVM folds libdevice's own test of that compare, and the array with it (a ternary
+// or __builtin_assume does not fold). The large arguments go to pk_trig_reduce, a Payne-Hanek reduction
+// in registers giving what libdevice's does, then to libdevice's polynomials: sincosf of the reduced argument, behind the same test.
+// PK_TRIG_HOST_TEST builds this path on the host (tests/test_cuda_trig.py).
+#if (defined(__CUDA_ARCH__) && !defined(__HIP__)) || defined(PK_TRIG_HOST_TEST)
+#define PK_TRIG_LARGE 105615.0f  // where libdevice's slow reduction starts
+
+// x (|x| >= PK_TRIG_LARGE) = (q + f) pi/2 with |f| <= 1/2, r = f pi/2: libdevice's slow path, result for result.
+// The significand at the top of 32 bits (m) times 192 bits of 2/pi makes 7 words; the exponent e puts the 2
+// integer bits of x 2/pi and 62 fraction bits in words 4 - j .. 6 - j (j = e / 32), shifted left by e % 32.
+// libdevice stores the 7 words in its array and reads those 3 at the run-time index; here 2/pi's words move up
+// j places instead (each multiplier a select of constants), so the 3 are always the last words made, in
+// registers. A fraction of 1/2 or more rounds q up and f is its complement, r's sign flipped; r is the fraction
+// times pi/2 in double, rounded to float. inf: r = x * 0 (NaN), q = 0, as libdevice.
+__device__ __forceinline__ uint pk_trig_reduce(float x, float &r) {
+    typedef unsigned long long u64;
+    const uint b = __float_as_uint(x), m = (b << 8) | 0x80000000u;
+    const uint e = ((b >> 23) & 255u) - 128u;  // 15 .. 126 (127: inf)
+    const uint j = e >> 5, sh = e & 31u;
+    // 2/pi = 0.a2f9836e 4e441529 fc2757d1 f534ddc0 db629599 3c439041..., c0 its least significant word
+    const uint c0 = 0x3c439041u, c1 = 0xdb629599u, c2 = 0xf534ddc0u, c3 = 0xfc2757d1u, c4 = 0x4e441529u,
+               c5 = 0xa2f9836eu;
+#define PK_2OPI(k0, k1, k2, k3) (j == 0u ? (k0) : j == 1u ? (k1) : j == 2u ? (k2) : (k3))
+    u64 p = (u64)m * PK_2OPI(c0, 0u, 0u, 0u);
+    p = (u64)m * PK_2OPI(c1, c0, 0u, 0u) + (p >> 32);
+    p = (u64)m * PK_2OPI(c2, c1, c0, 0u) + (p >> 32);
+    p = (u64)m * PK_2OPI(c3, c2, c1, c0) + (p >> 32);
+    p = (u64)m * PK_2OPI(c4, c3, c2, c1) + (p >> 32);
+    const uint low = (uint)p;
+    p = (u64)m * PK_2OPI(c5, c4, c3, c2) + (p >> 32);
+    const uint mid = (uint)p;
+    p = (u64)m * PK_2OPI(0u, c5, c4, c3) + (p >> 32);
+    const uint top = (uint)p;
+#undef PK_2OPI
+    const uint hi0 = sh ? (top << sh) + (mid >> (32u - sh)) : top;
+    const uint lo0 = sh ? (mid << sh) + (low >> (32u - sh)) : mid;
+    uint hi = (hi0 << 2) + (lo0 >> 30), lo = lo0 << 2;  // the fraction's 64 bits
+    const uint up = hi >> 31;                             // 1/2 or more
+    uint q = (hi0 >> 30) + up;
+    if (b >> 31) q = 0u - q;
+    if (up) {
+        hi = ~hi;
+        lo = ~lo;
+    }
+    const float f = (float)((double)(long long)(((u64)hi << 32) | lo) * 0x1.921fb54442d19p-64);  // pi/2 2^-64
+    const bool inf = isinf(x);
+    r = inf ? x * 0.0f : ((b >> 31) ^ up) ? -f : f;
+    return inf ? 0u : q;
+}
+
+// sincosf of |r| <= pi/4 (or NaN): there libdevice's fast reduction leaves quadrant 0 and r as it is, so these are
+// its sin and cos polynomials alone, the very ones sinf and cosf evaluate (one call for both: less code and fewer
+// registers than sinf and cosf). The test is never true; it only lets NVVM drop the slow path.
+__device__ __forceinline__ void pk_sincosf_small(float r, float *s, float *c) {
+    if (fabsf(r) >= PK_TRIG_LARGE) {
+        *s = 0.0f;
+        *c = 1.0f;
+        return;
+    }
+    sincosf(r, s, c);
+}
+
+// libdevice's quadrant step: sinf and cosf take the cos polynomial at odd i (cosf's i is q + 1) and negate
+// at i & 2 as z * -1 + 0 (a zero comes out +0); sincosf swaps at odd q and negates with a plain minus.
+__device__ __forceinline__ float pk_trig_quadrant(uint i, float r) {
+    float s, c;
+    pk_sincosf_small(r, &s, &c);
+    const float z = (i & 1u) ? c : s;
+    return (i & 2u) ? fmaf(z, -1.0f, 0.0f) : z;
+}
+__device__ __forceinline__ float pk_sin(float x) {
+    if (fabsf(x) >= PK_TRIG_LARGE) {
+        float r;
+        const uint q = pk_trig_reduce(x, r);
+        return pk_trig_quadrant(q, r);
+    }
+    return sinf(x);
+}
+__device__ __forceinline__ float pk_cos(float x) {
+    if (fabsf(x) >= PK_TRIG_LARGE) {
+        float r;
+        const uint q = pk_trig_reduce(x, r);
+        return pk_trig_quadrant(q + 1u, r);
+    }
+    return cosf(x);
+}
+__device__ __forceinline__ void pk_sincos(float x, float *s, float *c) {
+    if (fabsf(x) >= PK_TRIG_LARGE) {
+        float r, ps, pc;
+        const uint q = pk_trig_reduce(x, r);
+        pk_sincosf_small(r, &ps, &pc);
+        *s = (q & 1u) ? pc : ps;
+        *c = (q & 1u) ? ps : pc;
+        if (q & 2u) *s = -*s;
+        if ((q + 1u) & 2u) *c = -*c;
+        return;
+    }
+    sincosf(x, s, c);
+}
+#else
+__device__ __forceinline__ float pk_sin(float x) { return sin(x); }
+__device__ __forceinline__ float pk_cos(float x) { return cos(x); }
 __device__ __forceinline__ void pk_sincos(float x, float *s, float *c) { sincosf(x, s, c); }
+#endif
+__device__ __forceinline__ double pk_sin(double x) { return sin(x); }
+__device__ __forceinline__ double pk_cos(double x) { return cos(x); }
 __device__ __forceinline__ void pk_sincos(double x, double *s, double *c) { sincos(x, s, c); }
 
 // uint32 -> [-1, 1): 24 bits are exact in float and double, so both builds equal the reference.

@@ -57,7 +57,7 @@
 // 256 being the block the backends launch (CudaKernels.block_size): without it ptxas gave Chain-v0's
 // 167 registers (one block, 8 warps an SM); every rollout, float or double, fits 128 with no spill. The other
 // float rollouts need at most 128 either way. pk_policy.h has the same role for Intel's SIMD width
-// (PK_MLP_SIMD16). Empty in the host build and in the run-time-width build (the comparison build keeps the
+// (PK_MLP_SIMD). Empty in the host build and in the run-time-width build (the comparison build keeps the
 // compilers' own choice).
 // An env whose MLP rollout would spill held to these defines ENV_MLP_OWN_WAVES first (Chain-v0 past 3 links:
 // at 10, held to 128 registers its MLP rollout spilled 329-778; bench/results/port-check/README.md).
@@ -287,11 +287,12 @@ __device__ __forceinline__ int pk_policy_discrete(const float *__restrict__ poli
 // One Box component of the random policy from draw b: high * (2u - 1).
 __device__ __forceinline__ float pk_random_box(float high, uint b) { return high * (pk_uniformf(b) * 2.0f - 1.0f); }
 
-// Box-Muller's standard normal from draws b0, b1 (rng.uniform's u1 = 1 - u(b0), u2 = u(b1)).
+// Box-Muller's standard normal from draws b0, b1 (rng.uniform's u1 = 1 - u(b0), u2 = u(b1)). pk_cos: cosf's bits,
+// without the stack frame libdevice's cosf leaves on NVIDIA behind the MLP's divisions (pk_common.cuh).
 __device__ __forceinline__ float pk_gauss(uint b0, uint b1) {
     const float u1 = 1.0f - pk_uniformf(b0);  // (0, 1]: the log is finite
     const float u2 = pk_uniformf(b1);
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+    return sqrtf(-2.0f * logf(u1)) * pk_cos(6.28318530717958647692f * u2);
 }
 
 // A continuous action from draws b0, b1: high * (2u - 1), or the MLP mean (IN inputs) plus Box-Muller noise.

@@ -4,7 +4,8 @@
 //
 // What it maps: the qualifiers (__global__, __device__, __forceinline__, __launch_bounds__,
 // __shared__; __restrict__ is a GNU C++ keyword already), the built-in indices (blockIdx,
-// threadIdx, blockDim, gridDim), the intrinsics the kernels use (__umulhi, __ldg, __syncthreads)
+// threadIdx, blockDim, gridDim), the intrinsics the kernels use (__umulhi, __ldg, __float_as_uint,
+// __syncthreads)
 // and CUDA's math functions, whose float and double overloads come from <cmath> (host libm, not
 // CUDA's math library: results may differ in the last ulp, as on OpenCL devices; sincos is the host's
 // sin and cos).
@@ -82,6 +83,11 @@ static inline unsigned int __umulhi(unsigned int a, unsigned int b) {
     return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32);
 }
 template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline unsigned int __float_as_uint(float x) {
+    unsigned int u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+}
 
 // ---- the scheduler --------------------------------------------------------------------------------
 namespace pk_host {
