@@ -14,6 +14,8 @@ import ctypes
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +222,74 @@ def test_the_gpu_check_builds_through_nvrtc_with_the_backend_options() -> None:
     # no GPU here: the check says so instead of passing
     result = mod.check(1 << 12)
     assert "not_applicable" in result or result["mismatches"] == 0
+
+
+# ---- the same for Numba-CUDA (portkern/backends/_numba/common.py, trig32) ---------------------------------------
+def _numba_trig32():
+    """trig32 as plain Python on NumPy scalars (the simulator's way): the host's sin and cos for sincosf."""
+    import math
+
+    from portkern.backends._numba.common import _plain, _plain_mul, trig32
+
+    return trig32(_plain, lambda x: np.float32(x).view(np.uint32),
+                  lambda r: (np.float32(math.sin(r)), np.float32(math.cos(r))), _plain_mul)  # fmt: skip
+
+
+def test_numba_reduction_is_the_cuda_c_one(host_lib: ctypes.CDLL, sweep: np.ndarray) -> None:
+    """Numba's reduction gives pk_trig_reduce's quadrant and reduced argument, bit for bit (two writings of one
+    algorithm), and its sin and cos (the host's for the polynomials) are within BOUND of float64."""
+    _sin, _cos, reduce = _numba_trig32()
+    x = sweep[:: max(1, sweep.size // 20_000)]
+    x = x[np.isfinite(x) & (np.abs(x) >= LARGE)]
+    assert x.size > 15_000
+    *_, q, r = _eval(host_lib, "pk_eval", x)
+    got = [reduce(v) for v in x]
+    assert all(int(gq) == int(wq) & 3 for (gq, _), wq in zip(got, q, strict=True))
+    assert np.array_equal(np.array([gr for _, gr in got], np.float32).view(np.uint32), r.view(np.uint32))
+    ns = np.array([_sin(v) for v in x], np.float32)
+    nc = np.array([_cos(v) for v in x], np.float32)
+    x64 = x.astype(np.float64)
+    assert int(_ulps(ns, np.sin(x64).astype(np.float32)).max()) <= BOUND
+    assert int(_ulps(nc, np.cos(x64).astype(np.float32)).max()) <= BOUND
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["toolkit", "math"])
+def test_numba_trig_leaves_no_stack_frame(which: str, tmp_path: Path) -> None:
+    """A rollout-like loop (sin and cos, then a division) through Numba-CUDA's NVVM and ptxas for sm_90: the toolkit's
+    sin/cos (what the env and policy code call) leave no stack frame; math.sin/math.cos, the same loop, do."""
+    from portkern.backends._cuda_tools import find_nvcc
+
+    found = find_nvcc()
+    if not found:
+        pytest.fail("nvcc's wheel (ptxas) is needed: pip install nvidia-cuda-nvcc")
+    ptxas = str(Path(found.path).with_name("ptxas"))
+    script = tmp_path / "frame.py"
+    script.write_text(f"""
+import math, subprocess, sys
+from types import SimpleNamespace
+import numba.cuda.dispatcher as dispatcher
+from numba import cuda, float32, int32
+from portkern.backends._numba.common import toolkit
+dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))  # no GPU here
+k = toolkit("float32")
+sin, cos, cosf = (k.sin, k.cos, k.cosf) if {which!r} == "toolkit" else (math.sin, math.cos, math.cos)
+T = k.T
+def kern(a, b, o, n):
+    i = cuda.grid(1)
+    if i < a.size:
+        x = a[i]
+        y = b[i]
+        for t in range(n):
+            x = (x + T(sin(x)) + T(cos(x)) + cosf(y)) / y
+        o[i] = x
+ptx, _ = cuda.compile_ptx(kern, (float32[:], float32[:], float32[:], int32), cc=(9, 0))
+r = subprocess.run([{ptxas!r}, "-arch=sm_90", "-v", "-", "-o", "/dev/null"], input=ptx, capture_output=True, text=True)
+print(r.returncode, [ln.strip() for ln in r.stderr.splitlines() if "stack frame" in ln])
+""")
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    frames = [int(m) for m in re.findall(r"(\d+) bytes stack frame", res.stdout)]
+    assert frames, res.stdout
+    assert (max(frames) == 0) if which == "toolkit" else (max(frames) >= 28), res.stdout

@@ -9,6 +9,7 @@ from .common import EnvFunctions, Toolkit, bounded_reset
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, one, two, djit, vmin, vmax = k.T, k.mul, k.zero, k.one, k.two, k.djit, k.vmin, k.vmax
+    sin, cos = k.sin, k.cos
 
     reset = bounded_reset(k)
 
@@ -16,15 +17,15 @@ def build(k: Toolkit) -> EnvFunctions:
     def dsdt(p, a, theta1, theta2, dtheta1, dtheta2):
         # Gymnasium's AcrobotEnv._dsdt ("book" variant), operation for operation.
         m2, i1, i2 = p.m2, p.i1, p.i2
-        cos2 = T(math.cos(theta2))
-        sin2 = T(math.sin(theta2))
+        cos2 = T(cos(theta2))
+        sin2 = T(sin(theta2))
         d1 = p.c_a + mul(m2, p.c_b + mul(p.c_c, cos2)) + i1 + i2
         d2 = mul(m2, p.c_d + mul(p.c_e, cos2)) + i2
-        phi2 = mul(p.c_f, T(math.cos(theta1 + theta2 - p.half_pi)))
+        phi2 = mul(p.c_f, T(cos(theta1 + theta2 - p.half_pi)))
         phi1 = (
             mul(mul(p.c_g, mul(dtheta2, dtheta2)), sin2)
             - mul(mul(mul(p.c_h, dtheta2), dtheta1), sin2)
-            + mul(p.c_j, T(math.cos(theta1 - p.half_pi)))
+            + mul(p.c_j, T(cos(theta1 - p.half_pi)))
             + phi2
         )
         ddtheta2 = (a + mul(d2 / d1, phi1) - mul(mul(p.c_k, mul(dtheta1, dtheta1)), sin2) - phi2) / (
@@ -66,15 +67,15 @@ def build(k: Toolkit) -> EnvFunctions:
         n2 = vmin(vmax(n2, -p.max_vel_1), p.max_vel_1)
         n3 = vmin(vmax(n3, -p.max_vel_2), p.max_vel_2)
         s[0], s[1], s[2], s[3] = n0, n1, n2, n3
-        term = -T(math.cos(n0)) - T(math.cos(n1 + n0)) > one
+        term = -T(cos(n0)) - T(cos(n1 + n0)) > one
         return (zero if term else -one), term
 
     @djit
     def observe(s, out, row):
-        out[row, 0] = T(math.cos(s[0]))
-        out[row, 1] = T(math.sin(s[0]))
-        out[row, 2] = T(math.cos(s[1]))
-        out[row, 3] = T(math.sin(s[1]))
+        out[row, 0] = T(cos(s[0]))
+        out[row, 1] = T(sin(s[0]))
+        out[row, 2] = T(cos(s[1]))
+        out[row, 3] = T(sin(s[1]))
         out[row, 4] = s[2]
         out[row, 5] = s[3]
 

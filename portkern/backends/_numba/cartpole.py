@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 
 from .common import EnvFunctions, Toolkit, bounded_reset
 
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, one, djit = k.T, k.mul, k.one, k.djit
+    sin, cos = k.sin, k.cos
     four_thirds = T(4.0 / 3.0)
 
     reset = bounded_reset(k)
@@ -19,8 +19,8 @@ def build(k: Toolkit) -> EnvFunctions:
         total_mass, polemass_length, tau = p.total_mass, p.polemass_length, p.tau
         x, x_dot, theta, theta_dot = s[0], s[1], s[2], s[3]
         force = p.force_mag if action == 1 else -p.force_mag
-        costheta = T(math.cos(theta))
-        sintheta = T(math.sin(theta))
+        costheta = T(cos(theta))
+        sintheta = T(sin(theta))
         temp = (force + mul(mul(polemass_length, mul(theta_dot, theta_dot)), sintheta)) / total_mass
         thetaacc = (mul(p.gravity, sintheta) - mul(costheta, temp)) / mul(
             p.length, four_thirds - mul(p.masspole, mul(costheta, costheta)) / total_mass

@@ -10,7 +10,6 @@ pass (``_qacc_aba``): the reference's operations in its order, every multiply th
 
 from __future__ import annotations
 
-import math
 
 from numba import cuda
 
@@ -20,6 +19,7 @@ from .common import EnvFunctions, Toolkit, simulator
 
 def build(k: Toolkit, links: int) -> EnvFunctions:
     T, mul, zero, one, djit, clip = k.T, k.mul, k.zero, k.one, k.djit, k.clip
+    sin, cos = k.sin, k.cos
     K = int(links)
     K2 = 2 * K  # a local array's size must be a constant, not an expression of one
     # The functions that allocate the private arrays are cuda.jit (the simulator swaps in its fake cuda
@@ -38,8 +38,8 @@ def build(k: Toolkit, links: int) -> EnvFunctions:
             if j > 0:
                 phi = phi + y[j]
                 wi = wi + y[K + j]
-            ex[j] = -T(math.sin(phi))
-            ez[j] = -T(math.cos(phi))
+            ex[j] = -T(sin(phi))
+            ez[j] = -T(cos(phi))
             w[j] = wi
 
     @djit
@@ -127,12 +127,12 @@ def build(k: Toolkit, links: int) -> EnvFunctions:
     def tip(s):
         # chain.tip: the mean of the links' unit vectors.
         phi = s[0]
-        x = -T(math.sin(phi))
-        z = -T(math.cos(phi))
+        x = -T(sin(phi))
+        z = -T(cos(phi))
         for j in range(1, K):
             phi = phi + s[j]
-            x = x - T(math.sin(phi))
-            z = z - T(math.cos(phi))
+            x = x - T(sin(phi))
+            z = z - T(cos(phi))
         return x / kf, z / kf
 
     @djit
@@ -174,8 +174,8 @@ def build(k: Toolkit, links: int) -> EnvFunctions:
     @djit
     def observe(s, out, row):
         for j in range(K):
-            out[row, j] = T(math.cos(s[j]))
-            out[row, K + j] = T(math.sin(s[j]))
+            out[row, j] = T(cos(s[j]))
+            out[row, K + j] = T(sin(s[j]))
             out[row, 2 * K + j] = s[K + j]
         x, z = tip(s)
         out[row, 3 * K] = x

@@ -16,6 +16,7 @@ Numerics, for every kernel in this package:
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -87,6 +88,9 @@ class Toolkit:
     clip: Callable  # np.clip on non-NaN values
     vmax: Callable  # np.maximum's comparison
     vmin: Callable
+    sin: Callable  # sin and cos of T: CUDA's, without libdevice's stack frame on a GPU (trig32)
+    cos: Callable
+    cosf: Callable  # cos of float32 (the policies' Box-Muller)
 
 
 @cache
@@ -148,9 +152,101 @@ def toolkit(dtype_str: str) -> Toolkit:
     def vmin(a, b):
         return a if a < b else b  # noqa: FURB136
 
+    if simulator():
+        sinf, cosf = math.sin, math.cos
+    else:
+        from numba.cuda import libdevice
+
+        sinf, cosf, _ = trig32(djit, libdevice.float_as_int, libdevice.sincosf, dmul)
+    sin, cos = (sinf, cosf) if T is np.float32 else (math.sin, math.cos)
     return Toolkit(T=T, F=F, djit=djit, mul=mul, mulf=mulf, dmul=dmul, zero=zero, one=one, two=two,
                    philox=philox, sym=sym, uniformf=uniformf, reset_draw=reset_draw, clip=clip,
-                   vmax=vmax, vmin=vmin)  # fmt: skip
+                   vmax=vmax, vmin=vmin, sin=sin, cos=cos, cosf=cosf)  # fmt: skip
+
+
+# ---- float32 sin and cos without libdevice's stack frame ------------------------------------------
+#: Where libdevice's sinf / cosf / sincosf switch to their slow (Payne-Hanek) reduction.
+TRIG_LARGE = np.float32(105615.0)
+#: 2/pi = 0.a2f9836e 4e441529 fc2757d1 f534ddc0 db629599 3c439041..., least significant word first.
+_2OPI = tuple(np.uint64(w) for w in (0x3C439041, 0xDB629599, 0xF534DDC0, 0xFC2757D1, 0x4E441529, 0xA2F9836E))
+_U0, _U1, _U2, _U3, _U23, _U30, _U31 = (np.uint64(v) for v in (0, 1, 2, 3, 23, 30, 31))
+_U5, _U8, _U128, _U255, _TOP = np.uint64(5), np.uint64(8), np.uint64(128), np.uint64(255), np.uint64(0x80000000)
+_PIO2_2M64 = np.float64(float.fromhex("0x1.921fb54442d19p-64"))  # pi/2 * 2^-64
+
+
+def trig32(djit: Callable, float_bits: Callable, sincosf: Callable, dmul: Callable) -> tuple[Callable, Callable, Callable]:
+    """float32 sin and cos as kernels/cuda/pk_common.cuh's pk_sin / pk_cos: libdevice's sinf and cosf below
+    |x| = 105615 and, from there, a Payne-Hanek reduction held in registers made to give libdevice's reduced
+    argument, then libdevice's polynomials through sincosf of it. Why: libdevice's slow reduction keeps a
+    uint32[7] read at a run-time index, which ptxas leaves in a 32-byte stack frame wherever a division's
+    called slow path comes first, as in every rollout; behind ``abs(x) >= TRIG_LARGE`` NVVM drops it.
+    ``float_bits`` (float32 -> its bits as an integer), ``sincosf`` and ``dmul`` are libdevice's on a GPU;
+    tests/test_cuda_trig.py runs the same functions as Python on NumPy scalars."""
+    c0, c1, c2, c3, c4, c5 = _2OPI
+    f32 = np.float32
+
+    @djit
+    def reduce(x):
+        # x = (q + f) pi/2, |f| <= 1/2, r = f pi/2: the 7 words of the significand times 192 bits of 2/pi,
+        # 2/pi's words moved up j = e / 32 places (selects of constants, no array), so the 3 words the exponent
+        # picks are the last 3 made; shifted left by e % 32. Every value below 2^32 unless a product.
+        b = np.uint64(float_bits(x)) & _MASK32
+        m = ((b << _U8) | _TOP) & _MASK32
+        e = ((b >> _U23) & _U255) - _U128  # 15 .. 127 (127: inf)
+        j, sh = e >> _U5, e & np.uint64(31)
+        p = m * (c0 if j == _U0 else _U0)
+        p = m * (c1 if j == _U0 else c0 if j == _U1 else _U0) + (p >> _S32)
+        p = m * (c2 if j == _U0 else c1 if j == _U1 else c0 if j == _U2 else _U0) + (p >> _S32)
+        p = m * (c3 if j == _U0 else c2 if j == _U1 else c1 if j == _U2 else c0) + (p >> _S32)
+        p = m * (c4 if j == _U0 else c3 if j == _U1 else c2 if j == _U2 else c1) + (p >> _S32)
+        low = p & _MASK32
+        p = m * (c5 if j == _U0 else c4 if j == _U1 else c3 if j == _U2 else c2) + (p >> _S32)
+        mid = p & _MASK32
+        p = m * (_U0 if j == _U0 else c5 if j == _U1 else c4 if j == _U2 else c3) + (p >> _S32)
+        top = p & _MASK32
+        hi0 = ((top << sh) & _MASK32) + (mid >> (_S32 - sh))  # sh = 0: mid >> 32 is 0
+        lo0 = ((mid << sh) & _MASK32) + (low >> (_S32 - sh))
+        hi = ((hi0 << _U2) & _MASK32) + (lo0 >> _U30)
+        lo = (lo0 << _U2) & _MASK32
+        up = hi >> _U31  # the fraction is 1/2 or more: q rounds up, f is the complement
+        q = ((hi0 >> _U30) + up) & _U3
+        neg = b >> _U31
+        if neg:
+            q = (np.uint64(4) - q) & _U3  # -q mod 4, with no wrap-around
+        if up:
+            hi = ~hi & _MASK32
+            lo = ~lo & _MASK32
+        f = f32(dmul(np.float64(np.int64((hi << _S32) | lo)), _PIO2_2M64))
+        r = -f if neg ^ up else f
+        if math.isinf(x):
+            return _U0, x * f32(0.0)
+        return q, r
+
+    @djit
+    def poly(i, r):
+        # libdevice's quadrant step: the cos polynomial at odd i, the sin one else, negated at i & 2 as
+        # z * -1 + 0 (0 - z: a zero comes out +0); sincosf of |r| <= pi/4 is those polynomials.
+        if abs(r) >= TRIG_LARGE:  # never: lets NVVM drop sincosf's slow reduction
+            return f32(0.0)
+        s, c = sincosf(r)
+        z = c if i & _U1 else s
+        return f32(0.0) - z if i & _U2 else z
+
+    @djit
+    def sin(x):
+        if abs(x) >= TRIG_LARGE:
+            q, r = reduce(x)
+            return poly(q, r)
+        return math.sin(x)
+
+    @djit
+    def cos(x):
+        if abs(x) >= TRIG_LARGE:
+            q, r = reduce(x)
+            return poly((q + _U1) & _U3, r)
+        return math.cos(x)
+
+    return sin, cos, reduce
 
 
 def kernel(name: str) -> Callable:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from .common import EnvFunctions, Toolkit
@@ -28,6 +27,7 @@ def reset_and_observe(k: Toolkit) -> tuple[Callable, Callable]:
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, one, djit, clip = k.T, k.mul, k.zero, k.one, k.djit, k.clip
+    cos = k.cos
     three = T(3)
 
     reset, observe = reset_and_observe(k)
@@ -37,7 +37,7 @@ def build(k: Toolkit) -> EnvFunctions:
         min_pos, max_speed = p.min_position, p.max_speed
         position, velocity = s[0], s[1]
         push = mul(T(action - 1), p.force)
-        velocity = velocity + (push + mul(T(math.cos(mul(three, position))), -p.gravity))
+        velocity = velocity + (push + mul(T(cos(mul(three, position))), -p.gravity))
         velocity = clip(velocity, -max_speed, max_speed)
         position = position + velocity
         position = clip(position, min_pos, p.max_position)

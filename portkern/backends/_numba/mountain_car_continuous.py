@@ -5,7 +5,6 @@ State (position, velocity).
 
 from __future__ import annotations
 
-import math
 
 from .common import EnvFunctions, Toolkit
 from .mountain_car import reset_and_observe
@@ -13,6 +12,7 @@ from .mountain_car import reset_and_observe
 
 def build(k: Toolkit) -> EnvFunctions:
     T, mul, zero, djit, vmin, vmax = k.T, k.mul, k.zero, k.djit, k.vmin, k.vmax
+    cos = k.cos
     three, tenth, hundred = T(3), T(0.1), T(100)
 
     reset, observe = reset_and_observe(k)
@@ -23,7 +23,7 @@ def build(k: Toolkit) -> EnvFunctions:
         position, velocity = s[0], s[1]
         a = T(action)
         force = vmin(vmax(a, p.min_action), p.max_action)
-        velocity = velocity + (mul(force, p.power) - mul(p.gravity, T(math.cos(mul(three, position)))))
+        velocity = velocity + (mul(force, p.power) - mul(p.gravity, T(cos(mul(three, position)))))
         velocity = vmin(velocity, max_speed)
         velocity = vmax(velocity, -max_speed)
         position = position + velocity

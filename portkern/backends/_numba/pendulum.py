@@ -9,6 +9,7 @@ from .common import EnvFunctions, Toolkit
 
 def build(k: Toolkit) -> EnvFunctions:
     T, F, mul, mulf, zero, djit, clip = k.T, k.F, k.mul, k.mulf, k.zero, k.djit, k.clip
+    sin, cos = k.sin, k.cos
     tenth, f_milli = T(0.1), F(0.001)
 
     @djit
@@ -38,7 +39,7 @@ def build(k: Toolkit) -> EnvFunctions:
         u_acc = T(mulf(F(p.torque_coef), u))
         an = angle_normalize(th, p.pi, p.two_pi)
         costs = mul(an, an) + mul(tenth, mul(thdot, thdot)) + u_cost
-        newthdot = thdot + mul(mul(p.grav_coef, T(math.sin(th))) + u_acc, dt)
+        newthdot = thdot + mul(mul(p.grav_coef, T(sin(th))) + u_acc, dt)
         newthdot = clip(newthdot, -max_speed, max_speed)
         s[0] = th + mul(newthdot, dt)
         s[1] = newthdot
@@ -46,8 +47,8 @@ def build(k: Toolkit) -> EnvFunctions:
 
     @djit
     def observe(s, out, row):
-        out[row, 0] = T(math.cos(s[0]))
-        out[row, 1] = T(math.sin(s[0]))
+        out[row, 0] = T(cos(s[0]))
+        out[row, 1] = T(sin(s[0]))
         out[row, 2] = s[1]
 
     return EnvFunctions(reset=reset, physics=physics, observe=observe)

@@ -261,7 +261,7 @@ def _policy_block(k: Toolkit) -> Callable:
 
 def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     """The action of a discrete or 1-wide Box env, from counter block 0."""
-    F, mulf, uniformf, vmax = k.F, k.mulf, k.uniformf, k.vmax
+    F, mulf, uniformf, vmax, cosf = k.F, k.mulf, k.uniformf, k.vmax, k.cosf
     policy_block = _policy_block(k)
     djit = _local_jit()
     obs_dim, f_zero, f_one, f_two, f_neg_two = spec.obs_dim, F(0), F(1), F(2), F(-2)
@@ -315,7 +315,7 @@ def _draw(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
         # Box-Muller: 1 - u is in (0, 1], so the log is finite.
         u1 = f_one - uniformf(c0)
         u2 = uniformf(c1)
-        z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(math.cos(mulf(f_two_pi, u2))))
+        z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(cosf(mulf(f_two_pi, u2))))
         return y[0] + mulf(F(math.exp(log_std)), z)
 
     return act_box
@@ -326,7 +326,7 @@ def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
     component j is ``high * symmetric`` of word j % 4 of block j // 4; the MLP's is its mean j plus
     ``exp(log_std[0])`` times Box-Muller of words 2 (j % 2), 2 (j % 2) + 1 of block j // 2. Component 0
     is the 1-wide draw; one Philox call per 4 (random) or 2 (MLP) components."""
-    F, mulf, uniformf = k.F, k.mulf, k.uniformf
+    F, mulf, uniformf, cosf = k.F, k.mulf, k.uniformf, k.cosf
     policy_block = _policy_block(k)
     djit = _local_jit()
     obs_dim, n_out = spec.obs_dim, spec.action_dim
@@ -361,7 +361,7 @@ def _act_wide(spec: EnvSpec, k: Toolkit, policies: Policies) -> Callable:
                     # Box-Muller: 1 - u is in (0, 1], so the log is finite.
                     u1 = f_one - uniformf(c[2 * half])
                     u2 = uniformf(c[2 * half + 1])
-                    z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(math.cos(mulf(f_two_pi, u2))))
+                    z = mulf(F(math.sqrt(mulf(f_neg_two, F(math.log(u1))))), F(cosf(mulf(f_two_pi, u2))))
                     out_actions[row, j] = y[j] + mulf(std, z)
 
     return act
