@@ -222,6 +222,7 @@ def test_the_gpu_check_builds_through_nvrtc_with_the_backend_options() -> None:
     # no GPU here: the check says so instead of passing
     result = mod.check(1 << 12)
     assert "not_applicable" in result or result["mismatches"] == 0
+    assert "not_applicable" in mod.check_numba(1 << 12)  # Numba's simulator here: both sides are Python's
 
 
 # ---- the same for Numba-CUDA (portkern/backends/_numba/common.py, trig32) ---------------------------------------
@@ -284,6 +285,13 @@ def kern(a, b, o, n):
             x = (x + T(sin(x)) + T(cos(x)) + cosf(y)) / y
         o[i] = x
 ptx, _ = cuda.compile_ptx(kern, (float32[:], float32[:], float32[:], int32), cc=(9, 0))
+if {which!r} == "toolkit":  # the GPU check's Numba kernel (bench/gpu/trig_bits.py) compiles too
+    import importlib.util
+    from numba import uint32
+    spec = importlib.util.spec_from_file_location("trig_bits", {str(ROOT / "bench" / "gpu" / "trig_bits.py")!r})
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "pk_trig_bits_numba" in cuda.compile_ptx(mod.numba_kernel(sin, cos), (float32[:], uint32[:]), cc=(9, 0))[0]
 r = subprocess.run([{ptxas!r}, "-arch=sm_90", "-v", "-", "-o", "/dev/null"], input=ptx, capture_output=True, text=True)
 print(r.returncode, [ln.strip() for ln in r.stderr.splitlines() if "stack frame" in ln])
 """)

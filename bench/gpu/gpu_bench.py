@@ -506,7 +506,7 @@ def trig_bits() -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location("trig_bits", os.path.join(os.path.dirname(__file__), "trig_bits.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.check()
+    return {"cuda_c": mod.check(), "numba": mod.check_numba()}
 
 
 def _limit(kind: str, name: str | None = None) -> float:

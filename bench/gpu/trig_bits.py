@@ -1,5 +1,5 @@
 """pk_sin, pk_cos and pk_sincos (kernels/cuda/pk_common.cuh) against CUDA's sinf, cosf and sincosf, bit for bit, on
-an NVIDIA GPU.
+an NVIDIA GPU; and Numba-CUDA's (check_numba: the toolkit's sin and cos against math.sin and math.cos).
 
 The env kernels' float sin and cos on NVIDIA GPUs are sinf, cosf and sincosf below 105615 and, above it, a
 register-only Payne-Hanek reduction made to give libdevice's, followed by libdevice's polynomials (no stack frame: pk_common.cuh says
@@ -123,12 +123,56 @@ def check(n: int = 1 << 24, cap: int = 64) -> dict[str, Any]:
     return result
 
 
+def numba_kernel(sin: Any, cos: Any) -> Any:
+    """check_numba's kernel as a Python function (tests/test_cuda_trig.py compiles it to PTX without a GPU):
+    counts the inputs x[i] where sin or cos differ in their bits from math.sin or math.cos."""
+    import math
+
+    from numba import cuda
+    from numba.cuda import libdevice
+
+    def pk_trig_bits_numba(x, count):
+        i = cuda.grid(1)
+        if i < x.size:
+            v = x[i]
+            if (libdevice.float_as_int(sin(v)) != libdevice.float_as_int(math.sin(v))
+                    or libdevice.float_as_int(cos(v)) != libdevice.float_as_int(math.cos(v))):  # fmt: skip
+                cuda.atomic.add(count, 0, 1)
+
+    return pk_trig_bits_numba
+
+
+def check_numba(n: int = 1 << 22) -> dict[str, Any]:
+    """The same for Numba-CUDA: the toolkit's float32 sin and cos (portkern/backends/_numba/common.py, trig32)
+    against math.sin and math.cos (libdevice's sinf and cosf) in one Numba kernel; AssertionError on any
+    mismatch. Without a GPU (or in Numba's simulator, where both are Python's): ``not_applicable``."""
+    import numba
+    from numba import cuda
+
+    if numba.config.ENABLE_CUDASIM or not cuda.is_available():
+        return {"not_applicable": "no CUDA GPU for Numba (or its simulator, where both sides are Python's math)"}
+    from portkern.backends._numba.common import toolkit
+
+    k = toolkit("float32")
+    pk_trig_bits_numba = cuda.jit(numba_kernel(k.sin, k.cos))
+    t0 = time.perf_counter()
+    host = inputs(n).view(np.float32)
+    count = cuda.to_device(np.zeros(1, np.uint32))
+    pk_trig_bits_numba[(host.size + 255) // 256, 256](cuda.to_device(host), count)
+    total = int(count.copy_to_host()[0])
+    result = {"inputs": int(host.size), "mismatches": total, "seconds": round(time.perf_counter() - t0, 3)}
+    if total:
+        raise AssertionError(f"TRIG BITS MISMATCH (Numba): the toolkit's sin/cos differ from math.sin/math.cos on "
+                             f"{total} of {host.size} inputs")  # fmt: skip
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2", type=int, default=24, help="inputs spread over all 2^32 bit patterns (log2)")
     args = ap.parse_args(argv)
     try:
-        result = check(1 << args.log2)
+        result = {"cuda_c": check(1 << args.log2), "numba": check_numba(1 << min(args.log2, 22))}
     except AssertionError as exc:
         print(exc)
         return 1
