@@ -1,9 +1,9 @@
 """GPU measurements for one lent machine, one process per backend family (bench/gpu/run_gpu.sh runs it once for
 cupy and numba, once for OpenCL, once for torch and torch.compile, once for JAX, so each family's imports and CUDA
 context are paid once): the device (name, memory, clocks, copy ceiling, fp32 and fp64 peaks, measured), in the
-CUDA family a check (trig_bits: pk_common.cuh's float sin and cos against CUDA's, bit for bit; its failure fails
-the process), the CartPole step kernel's bytes against the copy ceiling, GAE, the fused rollouts (random and MLP policy), Chain-v0
-at K = 3 and 10, then the lower-value sections. Every section is bounded (its declared limit, an alarm) and the
+CUDA family a check (trig_bits: pk_common.cuh's and Numba's float sin and cos against CUDA's, bit for bit; its
+failure fails the process), the CartPole step kernel's bytes against the copy ceiling, GAE, the fused rollouts
+(random and MLP policy), Chain-v0 at K = 3 and 10, then the lower-value sections. Every section is bounded (its declared limit, an alarm) and the
 JSON is rewritten after each one, with a timing entry per section (declared limit, used seconds, status).
 
     python3 bench/gpu/gpu_bench.py --family cuda --backends cupy,numba --device-info --out DIR
